@@ -1,0 +1,263 @@
+"""The agent executor: the loop both the language server and the trainer run.
+
+Each turn the policy streams the assistant's message; every `<tool_call>` starts as
+soon as its closing tag arrives, while the model keeps writing. Calls in one turn run
+in parallel where that is safe (see `conflicts`), and their results are reported in
+call order whatever order they finish in, so a transcript is deterministic. The run
+ends when a turn has no tool call, at the turn limit, on cancellation, or when the
+policy fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import msgspec
+
+from agent import events as ev
+from agent.parser import RawCall, ToolCallParser
+from agent.policy import Message, Policy, PolicyError
+from agent.render import render_result, render_results_message, render_system_prompt, stop_sequences
+from agent.rules import load_project_rules
+from agent.tools import ALL_TOOLS, BindError, Tool, ToolContext, ToolError, bind_args
+from agent.tools.base import EVERYTHING, Access
+from agent.workspace import WorkspaceError
+
+log = logging.getLogger(__name__)
+
+
+def conflicts(first: tuple[Access, Access], second: tuple[Access, Access]) -> bool:
+    """True when `second` must wait for `first` (issued earlier in the same turn): one
+    writes what the other reads or writes. EVERYTHING overlaps any non-empty set."""
+
+    def overlap(a: Access, b: Access) -> bool:
+        if a is EVERYTHING:
+            return b is EVERYTHING or bool(b)
+        if b is EVERYTHING:
+            return bool(a)
+        return not a.isdisjoint(b)
+
+    (reads1, writes1), (reads2, writes2) = first, second
+    return overlap(writes1, reads2) or overlap(writes1, writes2) or overlap(reads1, writes2)
+
+
+@dataclass
+class Outcome:
+    call_id: str
+    tool: str
+    is_error: bool
+    content: str
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunResult:
+    stop_reason: str
+    final_text: str
+    turns: int
+    error: str | None = None
+
+
+class _Turn:
+    """The calls of one assistant turn: scheduled as they are parsed, collected in order."""
+
+    def __init__(self, executor: Executor, turn: int) -> None:
+        self.executor = executor
+        self.turn = turn
+        self.calls: list[tuple[str, str, asyncio.Task[Outcome], tuple[Access, Access]]] = []
+
+    def submit(self, raw: RawCall) -> None:
+        ex = self.executor
+        call_id = f"call_{self.turn}_{raw.index}"
+        tool = ex.tools.get(raw.name or "")
+        args = None
+        problem = None
+        if raw.error:
+            problem = f"the tool call could not be parsed: {raw.error}"
+        elif tool is None:
+            problem = f"there is no tool named {raw.name!r}; the tools are: {', '.join(ex.tools)}"
+        else:
+            try:
+                args = bind_args(tool, raw)
+            except BindError as exc:
+                problem = f"invalid call to {tool.name}: {exc}"
+        if problem and tool is not None:
+            problem += f"\nThe valid form is:\n{tool.usage()}"
+        access = self._access(tool, args)
+        shown_args = dict(raw.params)
+        if args is not None:
+            typed = msgspec.to_builtins(args)
+            shown_args = {key: typed[key] for key in raw.params}
+        ex.emit(ev.ToolCall(call_id=call_id, tool=raw.name or "", args=shown_args))
+        waits = [task for _, _, task, other in self.calls if conflicts(other, access)]
+        name = raw.name or ""
+        task = asyncio.create_task(self._run(call_id, name, tool, args, problem, waits))
+        self.calls.append((call_id, name, task, access))
+
+    def _access(self, tool: Tool | None, args: object) -> tuple[Access, Access]:
+        if tool is None or args is None:
+            return frozenset(), frozenset()
+        reads, writes = tool.access(args)
+        return self._normalise(reads), self._normalise(writes)
+
+    def _normalise(self, paths: Access) -> Access:
+        if paths is EVERYTHING:
+            return paths
+        normal = set()
+        for path in paths:
+            try:
+                normal.add(self.executor.ctx.workspace.relpath(path))
+            except WorkspaceError:
+                normal.add(path)
+        return frozenset(normal)
+
+    async def _run(self, call_id, name, tool, args, problem, waits) -> Outcome:
+        if waits:
+            await asyncio.wait(waits)
+        started = time.perf_counter()
+        if problem is not None:
+            content, is_error = problem, True
+        else:
+            try:
+                content, is_error = await tool.run(args, self.executor.ctx), False
+            except (ToolError, WorkspaceError) as exc:
+                content, is_error = str(exc), True
+            except Exception as exc:  # a tool bug must not end the run
+                log.exception("tool %s failed", name)
+                root = str(self.executor.ctx.workspace.root)
+                message = str(exc).replace(root + "/", "").replace(root, ".")
+                content, is_error = (
+                    f"internal error in {name}: {type(exc).__name__}: {message}",
+                    True,
+                )
+        meta = {"duration_ms": round((time.perf_counter() - started) * 1000, 3)}
+        return Outcome(call_id, name, is_error, render_result(content, is_error), meta)
+
+    async def collect(self) -> list[Outcome]:
+        outcomes = []
+        for _, name, task, _ in self.calls:
+            outcome = await task
+            self.executor.emit(
+                ev.ToolResult(
+                    call_id=outcome.call_id,
+                    tool=outcome.tool,
+                    is_error=outcome.is_error,
+                    content=outcome.content,
+                    meta=outcome.meta,
+                )
+            )
+            if name == "todo_write" and not outcome.is_error:
+                self.executor.emit(ev.Todos(todos=list(self.executor.ctx.todos)))
+            outcomes.append(outcome)
+        return outcomes
+
+    async def abort(self) -> None:
+        for _, _, task, _ in self.calls:
+            task.cancel()
+        await asyncio.gather(*(task for *_, task, _ in self.calls), return_exceptions=True)
+
+
+class Executor:
+    def __init__(
+        self,
+        ctx: ToolContext,
+        policy: Policy,
+        *,
+        tools: Sequence[type[Tool]] = ALL_TOOLS,
+        max_turns: int = 50,
+        on_event: Callable[[ev.Event], None] | None = None,
+        on_text: Callable[[str], None] | None = None,
+    ) -> None:
+        self.ctx = ctx
+        self.policy = policy
+        self.tools: dict[str, Tool] = {tool.name: tool() for tool in tools}
+        self.max_turns = max_turns
+        self.on_event = on_event
+        self.on_text = on_text
+        self.events: list[ev.Event] = []
+        self.system_prompt = render_system_prompt(tools, load_project_rules(ctx.workspace.root))
+        self._cancel = asyncio.Event()
+
+    def emit(self, event: ev.Event) -> None:
+        self.events.append(event)
+        if self.on_event is not None:
+            self.on_event(event)
+
+    def cancel(self) -> None:
+        """Stop the run: generation stops and running commands are killed at once."""
+        self._cancel.set()
+
+    async def run(self, prompt: str) -> RunResult:
+        self.emit(
+            ev.RunStart(
+                prompt=prompt,
+                tools=list(self.tools),
+                meta={"workspace": str(self.ctx.workspace.root)},
+            )
+        )
+        messages = [Message("system", self.system_prompt), Message("user", prompt)]
+        result = RunResult("max_turns", "", 0)
+        try:
+            for turn in range(1, self.max_turns + 1):
+                result.turns = turn
+                body = asyncio.create_task(self._turn(turn, messages))
+                cancel = asyncio.create_task(self._cancel.wait())
+                await asyncio.wait({body, cancel}, return_when=asyncio.FIRST_COMPLETED)
+                cancel.cancel()
+                if not body.done():
+                    body.cancel()
+                    await asyncio.gather(body, return_exceptions=True)
+                    result = RunResult("cancelled", "", turn)
+                    break
+                try:
+                    text, outcomes = body.result()
+                except PolicyError as exc:
+                    result = RunResult("error", "", turn, error=str(exc))
+                    break
+                if not outcomes:
+                    result = RunResult("end_turn", text, turn)
+                    break
+                messages.append(Message("assistant", text))
+                results = [(o.call_id, o.tool, o.is_error, o.content) for o in outcomes]
+                messages.append(Message("user", render_results_message(results)))
+            return result
+        except asyncio.CancelledError:
+            result = RunResult("cancelled", "", result.turns)
+            raise
+        finally:
+            await self.ctx.sandbox.close()
+            meta = {"error": result.error} if result.error else {}
+            self.emit(ev.Final(text=result.final_text, stop_reason=result.stop_reason, meta=meta))
+
+    async def _turn(self, turn: int, messages: list[Message]) -> tuple[str, list[Outcome]]:
+        calls = _Turn(self, turn)
+        parser = ToolCallParser()
+        parts: list[str] = []
+        try:
+            try:
+                async for chunk in self.policy.stream(messages, stop_sequences()):
+                    parts.append(chunk)
+                    if self.on_text is not None:
+                        self.on_text(chunk)
+                    for raw in parser.feed(chunk):
+                        calls.submit(raw)
+            except PolicyError:
+                # Calls already started are real actions: let them finish and report
+                # them before the run ends with the policy's error.
+                text = "".join(parts)
+                if text:
+                    self.emit(ev.Assistant(turn=turn, text=text))
+                await calls.collect()
+                raise
+            for raw in parser.finish():
+                calls.submit(raw)
+            text = "".join(parts)
+            self.emit(ev.Assistant(turn=turn, text=text))
+            return text, await calls.collect()
+        except asyncio.CancelledError:
+            await calls.abort()
+            raise

@@ -1,0 +1,120 @@
+"""Everything the model reads is written here: the system prompt, each tool result and
+the message that carries a turn's results back.
+
+`render_result` is the single place a tool outcome becomes text, in the editor and in
+training alike. Its output depends only on the outcome, never on wall-clock time,
+absolute paths or dict order, so one run gives byte-identical results anywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agent.tools.base import Tool
+
+# No single result may flood the context window.
+MAX_RESULT_CHARS = 40_000
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+
+
+def cap_middle(text: str, limit: int, unit: str = "characters") -> str:
+    """Keep the start and the end of `text` within `limit` characters, saying what was cut."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    omitted = len(text) - 2 * half
+    return f"{text[:half]}\n[... {omitted} {unit} omitted ...]\n{text[-half:]}"
+
+
+def clean_terminal_text(data: bytes) -> str:
+    """Decode command output for the model: invalid UTF-8 replaced, colour codes removed,
+    carriage-return progress lines collapsed to their final state."""
+    text = _ANSI_RE.sub("", data.decode("utf-8", "replace")).replace("\r\n", "\n")
+    if "\r" in text:
+        text = "\n".join(
+            line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n")
+        )
+    return text
+
+
+def render_result(content: str, is_error: bool) -> str:
+    """The text the model sees for one tool call."""
+    text = content.rstrip("\n") if content.strip() else "(no output)"
+    if is_error:
+        text = f"Error: {text}"
+    return cap_middle(text, MAX_RESULT_CHARS)
+
+
+def render_results_message(results: Sequence[tuple[str, str, bool, str]]) -> str:
+    """One user message carrying a turn's results, in call order.
+
+    Each item is (call_id, tool, is_error, content).
+    """
+    blocks = []
+    for call_id, tool, is_error, content in results:
+        status = ' status="error"' if is_error else ""
+        blocks.append(
+            f'<tool_result name="{tool}" call_id="{call_id}"{status}>\n{content}\n</tool_result>'
+        )
+    return "\n\n".join(blocks)
+
+
+SYSTEM_PROMPT_HEAD = """\
+You are tachy, a coding agent working inside the user's repository. You act by calling
+tools; the user sees every call and every edit. Work step by step: look before you
+change, keep edits minimal and in the style of the surrounding code, and check your
+work (run the tests, read the lints) before you finish.
+
+Call a tool by writing a block like this (no JSON, no escaping: values are taken
+verbatim):
+
+<tool_call name="edit_file">
+<path>src/calc.py</path>
+<old_string>
+    return a - b
+</old_string>
+<new_string>
+    return a + b
+</new_string>
+</tool_call>
+
+A parameter is <name>value</name> on one line, or <name> on its own line, the value,
+and </name> alone on its own line. Several <tool_call> blocks in one message run in
+parallel (reads concurrently, edits to one file in order, commands after the edits
+written before them); their results come back together, in order, as <tool_result>
+blocks. Do not write <tool_result> blocks yourself. A message with no tool call ends
+your work: make it your final answer to the user.
+
+Paths are relative to the workspace root (commands run there, at /workspace).
+"""
+
+
+def render_tool_docs(tools: Sequence[type[Tool]]) -> str:
+    sections = []
+    for tool in tools:
+        params = []
+        for name, type_name, required, description in tool.parameters():
+            flag = "required" if required else "optional"
+            params.append(f"- {name} ({type_name}, {flag}): {description}")
+        sections.append(
+            f"## {tool.name}\n{tool.description()}\n\nParameters:\n" + "\n".join(params)
+        )
+    return "# Tools\n\n" + "\n\n".join(sections)
+
+
+def render_system_prompt(tools: Sequence[type[Tool]], project_rules: str = "") -> str:
+    prompt = SYSTEM_PROMPT_HEAD + "\n" + render_tool_docs(tools)
+    if project_rules:
+        prompt += (
+            "\n\n# Project rules\n\nThe project's own instructions for agents:\n\n" + project_rules
+        )
+    return prompt
+
+
+def stop_sequences() -> list[str]:
+    """Stops for a policy: the model must never write tool results itself."""
+    return ["<tool_result"]

@@ -1,0 +1,331 @@
+"""Running the agent's shell commands: sandboxed, time-limited, output-capped.
+
+With bubblewrap (the default where `bwrap` exists) a command sees the whole machine
+read-only, the workspace writable (at its own path and at /workspace, where it
+starts), a private /tmp and /run, no network, its own pid namespace; secret and
+.tachyignore'd files are unreadable ("Permission denied") and .tachyignore'd
+directories look empty. Without bubblewrap it runs as a plain
+subprocess in its own session with rlimits, and every result says so.
+
+In both modes a per-command cgroup (where the machine allows one) caps processes and
+memory, and on timeout or cancellation every process the command started is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import resource
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.cgroup import ProcessCgroup
+from agent.ignore import ALWAYS_HIDDEN_DIRS, IgnoreRules, is_secret_name
+from agent.workspace import JOBS_DIR, SANDBOX_MOUNT, Workspace
+
+# Environment variables a command inherits; everything else (API keys!) stays out.
+SAFE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "VIRTUAL_ENV")
+
+
+@dataclass
+class SandboxConfig:
+    """Limits for commands. `use_bubblewrap=None` means: use it when installed."""
+
+    use_bubblewrap: bool | None = None
+    default_timeout_s: float = 60.0
+    max_timeout_s: float = 600.0
+    # Output kept for the result: this much from the start and from the end.
+    keep_head_bytes: int = 64 * 1024
+    keep_tail_bytes: int = 64 * 1024
+    # A command printing more than this is killed.
+    max_output_bytes: int = 64 * 1024 * 1024
+    max_processes: int = 256
+    memory_bytes: int | None = 4 * 1024**3
+    max_file_bytes: int = 2 * 1024**3
+    job_log_bytes: int = 8 * 1024 * 1024
+
+
+@dataclass
+class CommandResult:
+    exit_code: int | None
+    head: bytes
+    tail: bytes
+    total_bytes: int
+    timed_out: bool = False
+    output_overflow: bool = False
+    cancelled: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def omitted_bytes(self) -> int:
+        return self.total_bytes - len(self.head) - len(self.tail)
+
+
+@dataclass
+class Job:
+    """A command started in the background; its output goes to `log_path`."""
+
+    id: int
+    command: str
+    log_path: str  # workspace-relative
+    process: asyncio.subprocess.Process
+    cgroup: ProcessCgroup | None
+    pump: asyncio.Task | None = None
+    exit_code: int | None = None
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _root_binds() -> list[str]:
+    """Bind every top-level entry of / read-only onto bubblewrap's empty root, so that
+    /workspace can be created beside them (a read-only bind of / itself would not
+    allow it). Symlinks such as /bin -> usr/bin are recreated."""
+    args: list[str] = []
+    for entry in sorted(os.scandir("/"), key=lambda e: e.name):
+        if entry.name in _OWN_MOUNTS:
+            continue
+        path = f"/{entry.name}"
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(path), path]
+        else:
+            args += ["--ro-bind", path, path]
+    return args
+
+
+_OWN_MOUNTS = frozenset({"dev", "proc", "tmp", "run", SANDBOX_MOUNT.strip("/")})
+
+
+class Sandbox:
+    def __init__(self, workspace: Workspace, config: SandboxConfig | None = None) -> None:
+        self.workspace = workspace
+        self.config = config or SandboxConfig()
+        bwrap = shutil.which("bwrap")
+        if self.config.use_bubblewrap is None:
+            self.bwrap = bwrap
+        elif self.config.use_bubblewrap and not bwrap:
+            raise RuntimeError("bubblewrap (bwrap) was requested but is not installed")
+        else:
+            self.bwrap = bwrap if self.config.use_bubblewrap else None
+        self.jobs: dict[int, Job] = {}
+        self._job_ids = itertools.count(1)
+        self._tachy_rules = IgnoreRules(
+            workspace.root, names=(".tachyignore",), hidden_dirs=frozenset()
+        )
+
+    @property
+    def mode(self) -> str:
+        return "bubblewrap" if self.bwrap else "subprocess"
+
+    # ------------------------------------------------------------ building
+    def hidden_paths(self) -> list[tuple[str, bool]]:
+        """(rel_path, is_dir) of what a command must not see: .tachyignore'd entries and
+        secret files. Git-ignored directories are not searched (they stay visible to
+        commands, since builds and tests need their venvs and outputs)."""
+        if self.workspace.allow_secrets and not (self.workspace.root / ".tachyignore").exists():
+            return []
+        hidden: list[tuple[str, bool]] = []
+        rules = self.workspace.rules
+        stack = [""]
+        while stack:
+            directory = stack.pop()
+            try:
+                with os.scandir(self.workspace.abspath(directory)) as it:
+                    entries = sorted(it, key=lambda e: e.name)
+            except OSError:
+                continue
+            for entry in entries:
+                rel = f"{directory}/{entry.name}" if directory else entry.name
+                is_dir = entry.is_dir(follow_symlinks=False)
+                if self._tachy_rules.is_ignored(rel, is_dir):
+                    hidden.append((rel, is_dir))
+                elif is_dir:
+                    if entry.name not in ALWAYS_HIDDEN_DIRS and not rules.is_ignored(rel, True):
+                        stack.append(rel)
+                elif not self.workspace.allow_secrets and is_secret_name(entry.name):
+                    hidden.append((rel, False))
+        return hidden
+
+    def _argv(self, command: str) -> list[str]:
+        if not self.bwrap:
+            return ["/bin/sh", "-c", command]
+        root = str(self.workspace.root)
+        argv = [
+            self.bwrap,
+            *_root_binds(),
+            "--dev", "/dev",
+            "--proc", "/proc",
+            "--tmpfs", "/tmp",
+            "--tmpfs", "/run",
+            "--bind", root, root,
+            "--bind", root, SANDBOX_MOUNT,
+            "--unshare-all",
+            "--die-with-parent",
+            "--new-session",
+        ]  # fmt: skip
+        for rel, is_dir in self.hidden_paths():
+            for base in (root, SANDBOX_MOUNT):
+                target = f"{base}/{rel}"
+                argv += ["--tmpfs", target] if is_dir else ["--ro-bind", "/dev/null", target]
+        argv += ["--chdir", SANDBOX_MOUNT, "/bin/sh", "-c", command]
+        return argv
+
+    def _env(self) -> dict[str, str]:
+        env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
+        env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+        env.update(
+            HOME="/tmp",
+            TMPDIR="/tmp",
+            TERM="dumb",
+            NO_COLOR="1",
+            PYTHONDONTWRITEBYTECODE="1",
+            PAGER="cat",
+            GIT_PAGER="cat",
+        )
+        if not self.bwrap:
+            env["HOME"] = str(self.workspace.root)
+        return env
+
+    async def _spawn(
+        self, command: str, stdout
+    ) -> tuple[asyncio.subprocess.Process, ProcessCgroup | None]:
+        config = self.config
+        cgroup = ProcessCgroup.create(
+            max_processes=config.max_processes, memory_bytes=config.memory_bytes
+        )
+
+        def limit_child() -> None:  # runs in the child between fork and exec
+            if cgroup is not None:
+                cgroup.join()
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            resource.setrlimit(
+                resource.RLIMIT_FSIZE, (config.max_file_bytes, config.max_file_bytes)
+            )
+            resource.setrlimit(resource.RLIMIT_NPROC, (config.max_processes, config.max_processes))
+
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *self._argv(command),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=stdout,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=self.workspace.root,
+                env=self._env(),
+                start_new_session=True,
+                preexec_fn=limit_child,
+            )
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+        return process, cgroup
+
+    @staticmethod
+    def _kill(process: asyncio.subprocess.Process, cgroup: ProcessCgroup | None) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        if cgroup is not None:
+            cgroup.kill_all()
+
+    # ------------------------------------------------------------- running
+    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
+        """Run a command to completion (or its time limit) and capture its output."""
+        config = self.config
+        timeout = min(timeout_s or config.default_timeout_s, config.max_timeout_s)
+        started = time.monotonic()
+        process, cgroup = await self._spawn(command, asyncio.subprocess.PIPE)
+        head = bytearray()
+        tail = bytearray()
+        total = 0
+        overflow = False
+
+        async def pump() -> None:
+            nonlocal total, overflow, tail
+            assert process.stdout is not None
+            while chunk := await process.stdout.read(65536):
+                total += len(chunk)
+                room = config.keep_head_bytes - len(head)
+                if room > 0:
+                    head.extend(chunk[:room])
+                    chunk = chunk[room:]
+                if chunk:
+                    tail.extend(chunk)
+                    if len(tail) > config.keep_tail_bytes:
+                        del tail[: len(tail) - config.keep_tail_bytes]
+                if total > config.max_output_bytes:
+                    overflow = True
+                    return
+
+        result = CommandResult(exit_code=None, head=b"", tail=b"", total_bytes=0)
+        try:
+            await asyncio.wait_for(pump(), timeout)
+            if overflow:
+                self._kill(process, cgroup)
+                result.output_overflow = True
+            # The output pipe closes when the shell exits unless a background
+            # grandchild holds it; either way the time limit still applies.
+            remaining = max(0.1, timeout - (time.monotonic() - started))
+            result.exit_code = await asyncio.wait_for(process.wait(), remaining)
+        except TimeoutError:
+            result.timed_out = True
+        except asyncio.CancelledError:
+            result.cancelled = True
+            raise
+        finally:
+            self._kill(process, cgroup)
+            if process.returncode is None:
+                await asyncio.shield(process.wait())
+            if cgroup is not None:
+                cgroup.remove()
+            result.head, result.tail, result.total_bytes = bytes(head), bytes(tail), total
+            result.duration_s = time.monotonic() - started
+        if result.timed_out or result.output_overflow:
+            result.exit_code = None
+        return result
+
+    async def start_job(self, command: str) -> Job:
+        """Start a command in the background; its output goes to .tachy/jobs/N.log."""
+        job_id = next(self._job_ids)
+        log_rel = f"{JOBS_DIR}/{job_id}.log"
+        log_path = self.workspace.abspath(log_rel)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        process, cgroup = await self._spawn(command, asyncio.subprocess.PIPE)
+        job = Job(id=job_id, command=command, log_path=log_rel, process=process, cgroup=cgroup)
+        job.pump = asyncio.create_task(self._pump_job(job, log_path))
+        self.jobs[job_id] = job
+        return job
+
+    async def _pump_job(self, job: Job, log_path: Path) -> None:
+        written = 0
+        limit = self.config.job_log_bytes
+        try:
+            with open(log_path, "wb", buffering=0) as log:
+                assert job.process.stdout is not None
+                while chunk := await job.process.stdout.read(65536):
+                    if written < limit:
+                        piece = chunk[: limit - written]
+                        log.write(piece)
+                        written += len(piece)
+                        if written >= limit:
+                            log.write(b"\n[tachy: log limit reached; further output discarded]\n")
+                job.exit_code = await job.process.wait()
+                log.write(f"\n[tachy: job {job.id} exited with code {job.exit_code}]\n".encode())
+        finally:
+            self._kill(job.process, job.cgroup)
+            if job.cgroup is not None:
+                job.cgroup.remove()
+            job.finished.set()
+
+    async def close(self) -> None:
+        """Kill every background job (called when a run ends or is cancelled)."""
+        for job in list(self.jobs.values()):
+            self._kill(job.process, job.cgroup)
+            if job.pump is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(job.pump), 5)
+                except (TimeoutError, asyncio.CancelledError):
+                    job.pump.cancel()
+        self.jobs.clear()

@@ -1,0 +1,222 @@
+"""The `tachy` command line.
+
+Human output (progress, diffs, the streamed answer) goes to stderr; what a script
+consumes goes to stdout. Exit codes of `tachy agent`: 0 the agent finished, 1 the
+policy failed, 2 bad usage, 3 the turn limit was reached, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from agent import events as ev
+from agent.executor import Executor
+from agent.lints import LintRunner
+from agent.policy import PolicyError, load_policy
+from agent.sandbox import Sandbox, SandboxConfig
+from agent.tools import ToolContext
+from agent.workspace import Workspace, WorkspaceError
+
+EXIT_CODES = {"end_turn": 0, "error": 1, "max_turns": 3, "cancelled": 130}
+
+
+def _version() -> str:
+    try:
+        return version("tachy")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tachy",
+        description="tachy: a fast coding agent and the language server that hosts it.",
+    )
+    parser.add_argument("--version", action="version", version=f"tachy {_version()}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    agent = commands.add_parser(
+        "agent",
+        help="run the agent on a task in a workspace",
+        description=(
+            "Run the agent on a task. Progress (each tool call, each edit as a diff) is shown "
+            "on stderr; the final answer is printed on stdout."
+        ),
+    )
+    agent.add_argument("prompt", metavar="PROMPT", help="the task, in plain words")
+    agent.add_argument(
+        "--workspace", default=".", metavar="DIR", help="the repository to work in (default: .)"
+    )
+    agent.add_argument(
+        "--policy",
+        default=os.environ.get("TACHY_POLICY"),
+        metavar="SPEC",
+        help="the model: openai:BASE_URL#MODEL or replay:FILE.jsonl (default: $TACHY_POLICY)",
+    )
+    agent.add_argument("--transcript", metavar="FILE", help="write every event to FILE as JSONL")
+    agent.add_argument(
+        "--max-turns", type=int, default=50, metavar="N", help="stop after N turns (default 50)"
+    )
+    agent.add_argument(
+        "--sandbox",
+        choices=("auto", "bubblewrap", "none"),
+        default="auto",
+        help="how commands are isolated (default: bubblewrap when installed)",
+    )
+    agent.add_argument(
+        "--allow-secrets", action="store_true", help="let the agent see .env files and keys"
+    )
+    agent.add_argument("--quiet", action="store_true", help="show no progress on stderr")
+    return parser
+
+
+class Progress:
+    """Shows a run on stderr: prose as it streams, each call as it starts and ends."""
+
+    def __init__(self, stream=sys.stderr) -> None:
+        self.out = stream
+        self._pending = ""
+        self._in_call = False
+        self._calls: dict[str, str] = {}
+
+    def text(self, chunk: str) -> None:
+        # Show the model's prose; its tool-call blocks are shown as calls instead.
+        self._pending += chunk
+        while "\n" in self._pending:
+            line, self._pending = self._pending.split("\n", 1)
+            self._line(line)
+
+    def _line(self, line: str) -> None:
+        stripped = line.strip()
+        if stripped.startswith("<tool_call"):
+            self._in_call = True
+        if not self._in_call and stripped:
+            print(f"  {line}", file=self.out, flush=True)
+        if stripped.startswith("</tool_call>"):
+            self._in_call = False
+
+    def event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.Assistant):
+            if self._pending:
+                self._line(self._pending)
+            self._pending, self._in_call = "", False
+        elif isinstance(event, ev.ToolCall):
+            summary = ", ".join(f"{k}={_short(v)}" for k, v in event.args.items())
+            self._calls[event.call_id] = summary
+            print(f"→ {event.tool}({summary})", file=self.out, flush=True)
+        elif isinstance(event, ev.ToolResult):
+            mark = "✗" if event.is_error else "✓"
+            ms = event.meta.get("duration_ms", 0)
+            print(f"{mark} {event.tool} [{ms:.0f} ms]", file=self.out, flush=True)
+            if event.is_error:
+                print(_indent(event.content.splitlines()[0]), file=self.out)
+            elif event.tool == "edit_file":
+                print(_indent(event.content), file=self.out)
+        elif isinstance(event, ev.Todos):
+            for todo in event.todos:
+                mark = {"completed": "[x]", "in_progress": "[~]"}.get(todo.status, "[ ]")
+                print(f"  {mark} {todo.content}", file=self.out)
+        elif isinstance(event, ev.Final) and event.stop_reason != "end_turn":
+            detail = event.meta.get("error", "")
+            print(
+                f"■ run ended: {event.stop_reason}{': ' + detail if detail else ''}", file=self.out
+            )
+
+
+def _short(value: object, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _indent(text: str) -> str:
+    return "\n".join("    " + line for line in text.splitlines())
+
+
+async def run_agent(args: argparse.Namespace) -> int:
+    try:
+        workspace = Workspace(args.workspace, allow_secrets=args.allow_secrets)
+    except WorkspaceError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
+    if not args.policy:
+        print(
+            "tachy: no model configured; pass --policy openai:BASE_URL#MODEL (any OpenAI-compatible "
+            "server) or --policy replay:FILE.jsonl, or set TACHY_POLICY",
+            file=sys.stderr,
+        )
+        return 2
+    if args.max_turns < 1:
+        print("tachy: --max-turns must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        policy = load_policy(args.policy)
+    except PolicyError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
+    use_bwrap = {"auto": None, "bubblewrap": True, "none": False}[args.sandbox]
+    try:
+        sandbox = Sandbox(workspace, SandboxConfig(use_bubblewrap=use_bwrap))
+    except RuntimeError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
+    ctx = ToolContext(workspace=workspace, sandbox=sandbox, linters=LintRunner(workspace))
+    writer = None
+    if args.transcript:
+        try:
+            writer = ev.TranscriptWriter(args.transcript)
+        except OSError as exc:
+            print(
+                f"tachy: cannot write the transcript {args.transcript}: {exc.strerror}",
+                file=sys.stderr,
+            )
+            return 2
+    progress = None if args.quiet else Progress()
+
+    def on_event(event: ev.Event) -> None:
+        if writer is not None:
+            writer(event)
+        if progress is not None:
+            progress.event(event)
+
+    executor = Executor(
+        ctx,
+        policy,
+        max_turns=args.max_turns,
+        on_event=on_event,
+        on_text=progress.text if progress else None,
+    )
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGINT, executor.cancel)
+    loop.add_signal_handler(signal.SIGTERM, executor.cancel)
+    if progress is not None and not sandbox.bwrap:
+        print("tachy: bubblewrap is not installed; commands run unsandboxed", file=sys.stderr)
+    try:
+        result = await executor.run(args.prompt)
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+        await policy.aclose()
+        if writer is not None:
+            writer.close()
+    if result.final_text:
+        print(result.final_text)
+    changed = workspace.changed_files()
+    if changed and progress is not None:
+        print(f"changed: {', '.join(changed)}", file=sys.stderr)
+    return EXIT_CODES[result.stop_reason]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "agent":
+        return asyncio.run(run_agent(args))
+    raise AssertionError(args.command)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
