@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import os
 import signal
+import time
 from pathlib import Path
 
 _counter = itertools.count()
@@ -99,7 +100,21 @@ class ProcessCgroup:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
 
-    def remove(self) -> None:
+    def remove(self, wait_s: float = 0.0) -> None:
+        """Delete the group's directories. A killed process leaves its group only when
+        it has finished exiting (tearing down a sandbox's namespaces takes a moment),
+        so with `wait_s` the removal is retried, killing stragglers, for that long
+        rather than leaving an empty group behind."""
+        deadline = time.monotonic() + wait_s
         for directory in self.dirs:
-            with contextlib.suppress(OSError):
-                directory.rmdir()
+            while True:
+                try:
+                    directory.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() >= deadline:
+                        break
+                    self.kill_all()
+                    time.sleep(0.005)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import msgspec
 
@@ -105,14 +107,22 @@ class _Turn:
         return self._normalise(reads), self._normalise(writes)
 
     def _normalise(self, paths: Access) -> Access:
+        """Workspace-relative paths with symlinks resolved, so that two spellings of one
+        file (`./a.py`, `/workspace/a.py`, a link to it) are ordered as one."""
         if paths is EVERYTHING:
             return paths
+        workspace = self.executor.ctx.workspace
         normal = set()
         for path in paths:
             try:
-                normal.add(self.executor.ctx.workspace.relpath(path))
+                rel = workspace.relpath(path)
             except WorkspaceError:
                 normal.add(path)
+                continue
+            real = Path(os.path.realpath(workspace.abspath(rel)))
+            if real != workspace.root and workspace.root in real.parents:
+                rel = real.relative_to(workspace.root).as_posix()
+            normal.add(rel)
         return frozenset(normal)
 
     async def _run(self, call_id, name, tool, args, problem, waits) -> Outcome:
@@ -201,11 +211,13 @@ class Executor:
         )
         messages = [Message("system", self.system_prompt), Message("user", prompt)]
         result = RunResult("max_turns", "", 0)
+        tasks: list[asyncio.Task] = []
         try:
             for turn in range(1, self.max_turns + 1):
                 result.turns = turn
                 body = asyncio.create_task(self._turn(turn, messages))
                 cancel = asyncio.create_task(self._cancel.wait())
+                tasks = [body, cancel]
                 await asyncio.wait({body, cancel}, return_when=asyncio.FIRST_COMPLETED)
                 cancel.cancel()
                 if not body.done():
@@ -228,10 +240,32 @@ class Executor:
         except asyncio.CancelledError:
             result = RunResult("cancelled", "", result.turns)
             raise
+        except Exception as exc:
+            # A bug in the executor itself: the transcript still ends with a final
+            # event that says the run failed.
+            result = RunResult("error", "", result.turns, error=f"{type(exc).__name__}: {exc}")
+            raise
         finally:
+            # When the task running us is cancelled (rather than `cancel()` called),
+            # the turn must still be stopped: its commands are killed, not orphaned.
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
             await self.ctx.sandbox.close()
             meta = {"error": result.error} if result.error else {}
             self.emit(ev.Final(text=result.final_text, stop_reason=result.stop_reason, meta=meta))
+
+    async def _stream(self, messages: list[Message]) -> AsyncIterator[str]:
+        """The policy's chunks; a policy that fails in an unexpected way (a bug, an
+        exception its client library did not wrap) fails like any PolicyError."""
+        try:
+            async for chunk in self.policy.stream(messages, stop_sequences()):
+                yield chunk
+        except PolicyError:
+            raise
+        except Exception as exc:
+            log.exception("the policy failed")
+            raise PolicyError(f"the policy failed: {type(exc).__name__}: {exc}") from exc
 
     async def _turn(self, turn: int, messages: list[Message]) -> tuple[str, list[Outcome]]:
         calls = _Turn(self, turn)
@@ -239,7 +273,7 @@ class Executor:
         parts: list[str] = []
         try:
             try:
-                async for chunk in self.policy.stream(messages, stop_sequences()):
+                async for chunk in self._stream(messages):
                     parts.append(chunk)
                     if self.on_text is not None:
                         self.on_text(chunk)

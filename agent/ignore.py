@@ -136,25 +136,21 @@ def walk_visible(
     allow_secrets: bool = False,
     max_depth: int | None = None,
 ):
-    """Yield (rel_path, is_dir) for every visible entry under `start`, sorted, depth first.
+    """Yield (rel_path, is_dir) for every visible entry under `start`, sorted, depth first
+    (each directory is followed by its own entries, as in a tree).
 
     Ignored directories are not descended into; `max_depth=1` lists `start` only.
     Symlinks are reported but never followed (a symlink to a directory is listed as a
     file-like entry).
     """
-    base_depth = start.count("/") + 1 if start else 0
-    stack = [start]
-    while stack:
-        directory = stack.pop()
-        depth = (directory.count("/") + 1 if directory else 0) - base_depth
-        if max_depth is not None and depth >= max_depth:
-            continue
+
+    def children(directory: str) -> list[tuple[str, bool]]:
         try:
             with os.scandir(root / directory if directory else root) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
-            continue
-        subdirs = []
+            return []
+        visible = []
         for entry in entries:
             rel = f"{directory}/{entry.name}" if directory else entry.name
             is_dir = entry.is_dir(follow_symlinks=False)
@@ -162,7 +158,20 @@ def walk_visible(
                 continue
             if not is_dir and not allow_secrets and is_secret_name(entry.name):
                 continue
-            yield rel, is_dir
-            if is_dir:
-                subdirs.append(rel)
-        stack.extend(reversed(subdirs))
+            visible.append((rel, is_dir))
+        return visible
+
+    if max_depth is not None and max_depth < 1:
+        return
+    # A stack of iterators, one per directory being listed, so that deep trees do not
+    # hit the recursion limit.
+    stack = [iter(children(start))]
+    while stack:
+        item = next(stack[-1], None)
+        if item is None:
+            stack.pop()
+            continue
+        rel, is_dir = item
+        yield rel, is_dir
+        if is_dir and (max_depth is None or len(stack) < max_depth):
+            stack.append(iter(children(rel)))

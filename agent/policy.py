@@ -169,6 +169,7 @@ class OpenAIPolicy:
             body = await response.aread()
             yield self._content(self._json(body.decode("utf-8", "replace")), "message")
             return
+        events = 0
         async for line in response.aiter_lines():
             line = line.strip()
             if not line or line.startswith(":") or line.startswith(("event:", "id:", "retry:")):
@@ -180,9 +181,14 @@ class OpenAIPolicy:
             data = line[5:].strip()
             if data == "[DONE]":
                 return
+            events += 1
             text = self._content(self._json(data), "delta")
             if text:
                 yield text
+        if events == 0:
+            # Not even one chunk: an empty answer is not a turn (it would end the run
+            # silently with an empty final answer).
+            raise PolicyError(f"{self.url} answered with an empty event stream")
 
     def _json(self, data: str) -> dict:
         try:
@@ -193,7 +199,7 @@ class OpenAIPolicy:
             ) from None
         if not isinstance(obj, dict):
             raise PolicyError(f"{self.url} sent an unexpected JSON value: {data[:200]!r}")
-        if "error" in obj:
+        if obj.get("error"):
             raise PolicyError(f"the model server reported an error: {str(obj['error'])[:500]}")
         return obj
 

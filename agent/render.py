@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 # No single result may flood the context window.
 MAX_RESULT_CHARS = 40_000
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# CSI sequences (colours, cursor moves), OSC sequences (window titles, hyperlinks; ended
+# by BEL or ESC \\), character-set selections such as tput's ESC ( B, and the remaining
+# two-character escapes.
+_ANSI_RE = re.compile(
+    r"\x1b\[[0-9;?]*[ -/]*[@-~]"
+    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"
+    r"|\x1b[ -/]+[0-~]"
+    r"|\x1b[@-Z\\-_]"
+)
 
 
 def cap_middle(text: str, limit: int, unit: str = "characters") -> str:
@@ -36,7 +44,8 @@ def clean_terminal_text(data: bytes) -> str:
     text = _ANSI_RE.sub("", data.decode("utf-8", "replace")).replace("\r\n", "\n")
     if "\r" in text:
         text = "\n".join(
-            line.rsplit("\r", 1)[-1] if "\r" in line else line for line in text.split("\n")
+            line.rstrip("\r").rsplit("\r", 1)[-1] if "\r" in line else line
+            for line in text.split("\n")
         )
     return text
 

@@ -99,6 +99,96 @@ def _root_binds() -> list[str]:
 _OWN_MOUNTS = frozenset({"dev", "proc", "tmp", "run", SANDBOX_MOUNT.strip("/")})
 
 
+# How long to wait for the output pipe to close after the command's processes were
+# killed (only a process that escaped the kill can hold it open that long).
+_DRAIN_GRACE_S = 2.0
+# How long to wait for killed processes to leave their cgroup so it can be removed.
+_CGROUP_REMOVE_WAIT_S = 5.0
+
+
+class _OutputCapture:
+    """Reads a command's output pipe from the event loop, keeping its start and its end
+    and counting the rest. Registered without awaiting, so nothing can interrupt
+    between starting a command and watching it."""
+
+    def __init__(self, config: SandboxConfig, fd: int) -> None:
+        self.config = config
+        self.fd = fd
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+        self.overflow = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self.closed: asyncio.Future[None] = self.loop.create_future()
+        os.set_blocking(fd, False)
+        self.loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            data = os.read(self.fd, 65536)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:  # every process holding the pipe is gone
+            self.loop.remove_reader(self.fd)
+            if not self.closed.done():
+                self.closed.set_result(None)
+            return
+        config = self.config
+        self.total += len(data)
+        room = config.keep_head_bytes - len(self.head)
+        if room > 0:
+            self.head.extend(data[:room])
+            data = data[room:]
+        if data:
+            self.tail.extend(data)
+            if len(self.tail) > config.keep_tail_bytes:
+                del self.tail[: len(self.tail) - config.keep_tail_bytes]
+        if self.total > config.max_output_bytes:
+            self.overflow.set()
+
+    def close(self) -> None:
+        self.loop.remove_reader(self.fd)
+        os.close(self.fd)
+
+
+def nproc_limit(max_processes: int) -> int:
+    """The RLIMIT_NPROC for a command allowed `max_processes` processes of its own.
+
+    The kernel counts every task (thread) of the user against RLIMIT_NPROC, not just
+    the command's, so for an ordinary user (a desktop with a browser easily runs
+    hundreds of threads) the limit must sit above what already runs. Root is exempt
+    from it; there the cgroup is what caps a fork bomb.
+    """
+    uid = os.getuid()
+    if uid == 0:
+        return max_processes
+    running = 0
+    with contextlib.suppress(OSError), os.scandir("/proc") as it:
+        for entry in it:
+            if not entry.name.isdigit():
+                continue
+            try:
+                if entry.stat().st_uid != uid:
+                    continue
+                with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+                running += int(fields[17])  # num_threads
+            except (OSError, IndexError, ValueError):
+                continue
+    return running + max_processes
+
+
+def _within_hard_limit(resource_id: int, value: int) -> tuple[int, int]:
+    """(soft, hard) for setrlimit: `value`, but never above the hard limit in force (an
+    unprivileged process may not raise it)."""
+    hard = resource.getrlimit(resource_id)[1]
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    return value, value
+
+
 class Sandbox:
     def __init__(self, workspace: Workspace, config: SandboxConfig | None = None) -> None:
         self.workspace = workspace
@@ -125,9 +215,8 @@ class Sandbox:
         """(rel_path, is_dir) of what a command must not see: .tachyignore'd entries and
         secret files. Git-ignored directories are not searched (they stay visible to
         commands, since builds and tests need their venvs and outputs)."""
-        if self.workspace.allow_secrets and not (self.workspace.root / ".tachyignore").exists():
-            return []
         hidden: list[tuple[str, bool]] = []
+        self._tachy_rules.invalidate()  # a command or an edit may have changed them
         rules = self.workspace.rules
         stack = [""]
         while stack:
@@ -193,6 +282,8 @@ class Sandbox:
         self, command: str, stdout
     ) -> tuple[asyncio.subprocess.Process, ProcessCgroup | None]:
         config = self.config
+        nproc = _within_hard_limit(resource.RLIMIT_NPROC, nproc_limit(config.max_processes))
+        fsize = _within_hard_limit(resource.RLIMIT_FSIZE, config.max_file_bytes)
         cgroup = ProcessCgroup.create(
             max_processes=config.max_processes, memory_bytes=config.memory_bytes
         )
@@ -201,10 +292,8 @@ class Sandbox:
             if cgroup is not None:
                 cgroup.join()
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            resource.setrlimit(
-                resource.RLIMIT_FSIZE, (config.max_file_bytes, config.max_file_bytes)
-            )
-            resource.setrlimit(resource.RLIMIT_NPROC, (config.max_processes, config.max_processes))
+            resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
+            resource.setrlimit(resource.RLIMIT_NPROC, nproc)
 
         try:
             process = await asyncio.create_subprocess_exec(
@@ -231,59 +320,83 @@ class Sandbox:
             cgroup.kill_all()
 
     # ------------------------------------------------------------- running
+    async def _start(
+        self, command: str, stdout
+    ) -> tuple[asyncio.subprocess.Process, ProcessCgroup | None]:
+        """_spawn, safe against cancellation: a command that was already started when
+        the caller is cancelled is stopped again rather than left running."""
+        spawning = asyncio.ensure_future(self._spawn(command, stdout))
+        try:
+            return await asyncio.shield(spawning)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                process, cgroup = await spawning
+                await self._stop(process, cgroup)
+            raise
+
+    async def _stop(
+        self, process: asyncio.subprocess.Process, cgroup: ProcessCgroup | None
+    ) -> None:
+        """Kill every process of a command, reap it and remove its cgroup."""
+        self._kill(process, cgroup)
+        if process.returncode is None:
+            await asyncio.shield(process.wait())
+        if cgroup is not None:
+            await asyncio.shield(asyncio.to_thread(cgroup.remove, _CGROUP_REMOVE_WAIT_S))
+
     async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
-        """Run a command to completion (or its time limit) and capture its output."""
+        """Run a command to completion (or its time limit) and capture its output.
+
+        The command ends when its shell exits; processes it left running are killed
+        then. On timeout, too much output or cancellation every process it started
+        is killed.
+        """
         config = self.config
         timeout = min(timeout_s or config.default_timeout_s, config.max_timeout_s)
         started = time.monotonic()
-        process, cgroup = await self._spawn(command, asyncio.subprocess.PIPE)
-        head = bytearray()
-        tail = bytearray()
-        total = 0
-        overflow = False
-
-        async def pump() -> None:
-            nonlocal total, overflow, tail
-            assert process.stdout is not None
-            while chunk := await process.stdout.read(65536):
-                total += len(chunk)
-                room = config.keep_head_bytes - len(head)
-                if room > 0:
-                    head.extend(chunk[:room])
-                    chunk = chunk[room:]
-                if chunk:
-                    tail.extend(chunk)
-                    if len(tail) > config.keep_tail_bytes:
-                        del tail[: len(tail) - config.keep_tail_bytes]
-                if total > config.max_output_bytes:
-                    overflow = True
-                    return
-
-        result = CommandResult(exit_code=None, head=b"", tail=b"", total_bytes=0)
+        # Our own pipe rather than asyncio's: asyncio's Process.wait() also waits for
+        # its pipes to close, which never happens once reading stops (output
+        # overflow) or while a leftover process holds the write end.
+        read_fd, write_fd = os.pipe()
         try:
-            await asyncio.wait_for(pump(), timeout)
-            if overflow:
-                self._kill(process, cgroup)
+            process, cgroup = await self._start(command, write_fd)
+        except BaseException:
+            os.close(read_fd)
+            raise
+        finally:
+            os.close(write_fd)
+        capture = _OutputCapture(config, read_fd)
+        result = CommandResult(exit_code=None, head=b"", tail=b"", total_bytes=0)
+        exited = asyncio.ensure_future(process.wait())
+        overflowed = asyncio.ensure_future(capture.overflow.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {exited, overflowed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            if overflowed in done:
                 result.output_overflow = True
-            # The output pipe closes when the shell exits unless a background
-            # grandchild holds it; either way the time limit still applies.
-            remaining = max(0.1, timeout - (time.monotonic() - started))
-            result.exit_code = await asyncio.wait_for(process.wait(), remaining)
-        except TimeoutError:
-            result.timed_out = True
+            elif exited not in done:
+                result.timed_out = True
+            # Stop everything still running: on timeout or overflow the command itself,
+            # after a normal exit whatever it left behind.
+            self._kill(process, cgroup)
+            if not result.output_overflow:
+                # Collect what is still in the pipe; it closes once every process that
+                # held it is gone (bounded, for processes that escaped the kill).
+                await asyncio.wait({capture.closed}, timeout=_DRAIN_GRACE_S)
         except asyncio.CancelledError:
             result.cancelled = True
             raise
         finally:
-            self._kill(process, cgroup)
-            if process.returncode is None:
-                await asyncio.shield(process.wait())
-            if cgroup is not None:
-                cgroup.remove()
-            result.head, result.tail, result.total_bytes = bytes(head), bytes(tail), total
+            capture.close()
+            overflowed.cancel()
+            await self._stop(process, cgroup)
+            self.workspace.rules.invalidate()  # the command may have changed ignore files
+            result.head, result.tail = bytes(capture.head), bytes(capture.tail)
+            result.total_bytes = capture.total
             result.duration_s = time.monotonic() - started
-        if result.timed_out or result.output_overflow:
-            result.exit_code = None
+        if not (result.timed_out or result.output_overflow):
+            result.exit_code = process.returncode
         return result
 
     async def start_job(self, command: str) -> Job:
@@ -292,7 +405,7 @@ class Sandbox:
         log_rel = f"{JOBS_DIR}/{job_id}.log"
         log_path = self.workspace.abspath(log_rel)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        process, cgroup = await self._spawn(command, asyncio.subprocess.PIPE)
+        process, cgroup = await self._start(command, asyncio.subprocess.PIPE)
         job = Job(id=job_id, command=command, log_path=log_rel, process=process, cgroup=cgroup)
         job.pump = asyncio.create_task(self._pump_job(job, log_path))
         self.jobs[job_id] = job
@@ -316,7 +429,7 @@ class Sandbox:
         finally:
             self._kill(job.process, job.cgroup)
             if job.cgroup is not None:
-                job.cgroup.remove()
+                await asyncio.shield(asyncio.to_thread(job.cgroup.remove, _CGROUP_REMOVE_WAIT_S))
             job.finished.set()
 
     async def close(self) -> None:

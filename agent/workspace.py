@@ -24,6 +24,10 @@ SANDBOX_MOUNT = "/workspace"
 JOBS_DIR = ".tachy/jobs"
 
 
+def _in_jobs_dir(rel: str) -> bool:
+    return rel.startswith(JOBS_DIR + "/")
+
+
 class WorkspaceError(Exception):
     """A request the workspace refuses. The message is shown to the model as is, so it
     names workspace-relative paths only."""
@@ -78,19 +82,26 @@ class Workspace:
         return self.root / rel if rel else self.root
 
     def is_visible(self, rel: str, is_dir: bool | None = None) -> bool:
-        """True unless `rel` (or the file a symlink points to) is ignored or secret."""
-        if rel == "" or rel.startswith(JOBS_DIR + "/"):
+        """True unless `rel` (or the file a symlink points to) is ignored or secret.
+
+        Background jobs' logs (.tachy/jobs/) are visible although .tachy/ is hidden;
+        a symlink placed there is still judged by what it points to.
+        """
+        if rel == "":
             return True
         if is_dir is None:
             is_dir = self.abspath(rel).is_dir()
-        if self.rules.is_ignored(rel, is_dir):
-            return False
-        if not is_dir and not self.allow_secrets and is_secret_name(posixpath.basename(rel)):
-            return False
+        if not _in_jobs_dir(rel):
+            if self.rules.is_ignored(rel, is_dir):
+                return False
+            if not is_dir and not self.allow_secrets and is_secret_name(posixpath.basename(rel)):
+                return False
         real = Path(os.path.realpath(self.abspath(rel)))
         if real != self.abspath(rel) and real != self.root:
+            if self.root not in real.parents:
+                return False  # a symlink out of the workspace
             target = real.relative_to(self.root).as_posix()
-            if self.rules.is_ignored(target, is_dir):
+            if not _in_jobs_dir(target) and self.rules.is_ignored(target, is_dir):
                 return False
             if not is_dir and not self.allow_secrets and is_secret_name(real.name):
                 return False
@@ -108,12 +119,18 @@ class Workspace:
         exists = target.exists()
         is_dir = target.is_dir()
         if not self.is_visible(rel, is_dir if exists else False):
-            if not is_dir and is_secret_name(posixpath.basename(rel)):
+            if not is_dir and (
+                is_secret_name(posixpath.basename(rel))
+                or is_secret_name(os.path.basename(os.path.realpath(target)))
+            ):
                 raise WorkspaceError(
                     f"{shown} looks like a secret file (credentials, keys); tachy keeps it "
                     "away from the model unless the user allows secrets"
                 )
             raise WorkspaceError(f"{shown} is excluded by .gitignore/.tachyignore rules")
+        if exists and not is_dir and not target.is_file():
+            # Reading a FIFO would block forever; devices and sockets are no text.
+            raise WorkspaceError(f"{shown} is not a regular file (a FIFO, socket or device)")
         if kind == "file":
             if not exists:
                 raise WorkspaceError(f"{shown} does not exist")
@@ -144,9 +161,21 @@ class Workspace:
         return self.abspath(rel).stat().st_size
 
     def write_bytes(self, rel: str, data: bytes) -> None:
-        """Write a file (creating parent directories), recording a checkpoint first."""
-        self._checkpoint(rel)
+        """Write a file (creating parent directories), recording a checkpoint first.
+
+        Writing through a symlink changes the file it points to (as an editor does)
+        and leaves the link in place; the checkpoint is kept under the real path, so
+        one file has one checkpoint whichever name it was changed by.
+        """
         target = self.abspath(rel)
+        real = Path(os.path.realpath(target))
+        if real != target:
+            if self.root not in real.parents:
+                raise WorkspaceError(
+                    f"{rel} resolves (through a symlink) to a place outside the workspace"
+                )
+            rel, target = real.relative_to(self.root).as_posix(), real
+        self._checkpoint(rel)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{target.name}.tachy-tmp")
         tmp.write_bytes(data)

@@ -163,6 +163,7 @@ async def run_agent(args: argparse.Namespace) -> int:
         sandbox = Sandbox(workspace, SandboxConfig(use_bubblewrap=use_bwrap))
     except RuntimeError as exc:
         print(f"tachy: {exc}", file=sys.stderr)
+        await policy.aclose()
         return 2
     ctx = ToolContext(workspace=workspace, sandbox=sandbox, linters=LintRunner(workspace))
     writer = None
@@ -174,6 +175,7 @@ async def run_agent(args: argparse.Namespace) -> int:
                 f"tachy: cannot write the transcript {args.transcript}: {exc.strerror}",
                 file=sys.stderr,
             )
+            await policy.aclose()
             return 2
     progress = None if args.quiet else Progress()
 
@@ -214,7 +216,12 @@ async def run_agent(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "agent":
-        return asyncio.run(run_agent(args))
+        try:
+            return asyncio.run(run_agent(args))
+        except KeyboardInterrupt:
+            # Ctrl-C before the run installed its handler (or while it shut down).
+            print("tachy: interrupted", file=sys.stderr)
+            return 130
     raise AssertionError(args.command)
 
 

@@ -22,7 +22,9 @@ TOOLS = {tool.name: tool() for tool in ALL_TOOLS}
 def make_repo(root: Path) -> Path:
     """A tiny Python project with tests, ignore rules and a secret."""
     (root / "src").mkdir(parents=True)
-    (root / "src" / "calc.py").write_text("def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n")
+    (root / "src" / "calc.py").write_text(
+        "def add(a, b):\n    return a - b\n\n\ndef sub(a, b):\n    return a - b\n"
+    )
     (root / "src" / "__init__.py").write_text("")
     (root / "tests").mkdir()
     (root / "tests" / "test_calc.py").write_text(

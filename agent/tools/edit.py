@@ -10,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from agent.tools.base import Access, Tool, ToolContext, ToolError
-from agent.tools.files import decode, is_binary, lint_summary, resolve
+from agent.tools.files import decode, is_binary, lint_summary, resolve, split_lines
 
 MAX_EDIT_BYTES = 8 * 1024 * 1024
 MAX_DIFF_LINES = 150
@@ -22,7 +22,7 @@ def unified_diff(rel: str, before: str, after: str, limit: int = MAX_DIFF_LINES)
     """A unified diff of two texts without the file header lines, capped."""
     lines = list(
         difflib.unified_diff(
-            before.splitlines(), after.splitlines(), f"a/{rel}", f"b/{rel}", n=3, lineterm=""
+            split_lines(before), split_lines(after), f"a/{rel}", f"b/{rel}", n=3, lineterm=""
         )
     )[2:]
     if len(lines) > limit:
@@ -40,8 +40,8 @@ def _squash(line: str) -> str:
 
 def explain_missing(rel: str, text: str, old: str) -> str:
     """Why old_string is not in the file, with the nearest candidate when there is one."""
-    lines = text.splitlines()
-    wanted = old.strip("\n").splitlines() or [old]
+    lines = split_lines(text)
+    wanted = split_lines(old.strip("\n")) or [old]
     target = [_squash(line) for line in wanted]
     n = len(target)
     squashed = [_squash(line) for line in lines]
@@ -110,11 +110,14 @@ class EditFile(Tool):
             )
         if args.old_string == args.new_string:
             raise ToolError("old_string and new_string are the same; there is nothing to change")
-        if ws.file_size(rel) > MAX_EDIT_BYTES:
-            raise ToolError(
-                f"{rel} is larger than {MAX_EDIT_BYTES // 1024 // 1024} MiB; edit_file does not edit it"
-            )
-        data = ws.read_bytes(rel)
+        try:
+            if ws.file_size(rel) > MAX_EDIT_BYTES:
+                raise ToolError(
+                    f"{rel} is larger than {MAX_EDIT_BYTES // 1024 // 1024} MiB; edit_file does not edit it"
+                )
+            data = ws.read_bytes(rel)
+        except OSError as exc:
+            raise ToolError(f"could not read {rel}: {exc.strerror or exc}") from None
         if is_binary(data):
             raise ToolError(f"{rel} is a binary file; edit_file only edits text")
         text, notice = decode(data)

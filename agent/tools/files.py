@@ -15,6 +15,7 @@ from agent.workspace import Workspace, WorkspaceError
 DEFAULT_WINDOW = 400  # lines read_file shows when no range is given
 HARD_CAP_LINES = 2000
 MAX_LINE_CHARS = 2000
+MAX_LINE_BYTES = MAX_LINE_CHARS * 4  # of one line of a large file, before decoding
 MAX_READ_CHARS = 36_000
 SNIFF_BYTES = 8192
 STREAM_ABOVE_BYTES = 16 * 1024 * 1024  # larger files are read line by line, never whole
@@ -47,11 +48,22 @@ def lint_summary(ctx: ToolContext, rel: str) -> str:
 
 
 def suggest_paths(workspace: Workspace, path: str, limit: int = 3) -> str:
+    """' Did you mean: a, b?' for a path that does not exist ('' when nothing is close):
+    paths that contain the name fuzzily, else files whose names are spelled alike
+    (a typo such as 'clac.py')."""
+    import difflib
+
     from agent.tools.find import fuzzy_rank
 
     name = path.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
     files = [rel for rel, is_dir in workspace.walk() if not is_dir]
-    best = fuzzy_rank(name, files, limit)
+    best = fuzzy_rank(name, files, limit) if name else []
+    if not best and name:
+        by_name: dict[str, list[str]] = {}
+        for rel in files:
+            by_name.setdefault(rel.rsplit("/", 1)[-1], []).append(rel)
+        close = difflib.get_close_matches(name, sorted(by_name), n=limit, cutoff=0.6)
+        best = [rel for match in close for rel in by_name[match]][:limit]
     return f" Did you mean: {', '.join(best)}?" if best else ""
 
 
@@ -95,10 +107,13 @@ class ReadFile(Tool):
             raise ToolError(f"end_line ({args.end_line}) is before start_line ({start})")
         end = args.end_line if args.end_line is not None else start + DEFAULT_WINDOW - 1
         end = min(end, start + HARD_CAP_LINES - 1)
-        size = ws.file_size(rel)
-        if size > STREAM_ABOVE_BYTES:
-            return self._read_large(ws, rel, size, start, end)
-        data = ws.read_bytes(rel)
+        try:
+            size = ws.file_size(rel)
+            if size > STREAM_ABOVE_BYTES:
+                return self._read_large(ws, rel, size, start, end)
+            data = ws.read_bytes(rel)
+        except OSError as exc:
+            raise ToolError(f"could not read {rel}: {exc.strerror or exc}") from None
         if is_binary(data):
             raise ToolError(
                 f"{rel} is a binary file ({len(data)} bytes); it cannot be shown as text"
@@ -106,39 +121,57 @@ class ReadFile(Tool):
         if not data:
             return f"{rel} is empty (0 bytes)."
         text, notice = decode(data)
-        lines = text.splitlines()
-        return self._window(rel, lines, len(lines), start, end, args.end_line is not None, notice)
+        lines = split_lines(text)
+        if start > len(lines):
+            raise ToolError(f"start_line {start} is past the end of {rel} ({len(lines)} lines)")
+        return self._window(rel, lines[start - 1 : end], start, len(lines), notice)
 
     def _read_large(self, ws: Workspace, rel: str, size: int, start: int, end: int) -> str:
+        """Lines start..end of a file too large to load: read line by line, keeping only
+        the window (and at most MAX_LINE_BYTES of each line)."""
+        window: list[bytes] = []
+        number = 0
         with open(ws.abspath(rel), "rb") as handle:
             if is_binary(handle.read(SNIFF_BYTES)):
                 raise ToolError(
                     f"{rel} is a binary file ({size} bytes); it cannot be shown as text"
                 )
             handle.seek(0)
-            lines = []
-            for number, raw in enumerate(handle, 1):
-                if number >= start:
-                    lines.append(raw[: MAX_LINE_CHARS * 4])
-                if number >= end:
+            while number < end:
+                raw = handle.readline(MAX_LINE_BYTES)
+                if not raw:
                     break
-        text, notice = decode(b"\n".join(line.rstrip(b"\r\n") for line in lines))
-        window = [""] * (start - 1) + text.split("\n")
-        notice = (notice + " " if notice else "") + (
-            f"[{rel} is large ({size} bytes); its line count is not computed]"
-        )
-        return self._window(rel, window, None, start, end, True, notice)
+                number += 1
+                if not raw.endswith(b"\n"):  # a longer line: skip the rest of it
+                    rest = raw
+                    while rest and not rest.endswith(b"\n"):
+                        rest = handle.readline(1 << 20)
+                if number >= start:
+                    window.append(raw.rstrip(b"\r\n"))
+            at_end = not handle.read(1)
+        total = number if at_end else None
+        if start > number:
+            raise ToolError(f"start_line {start} is past the end of {rel} ({number} lines)")
+        lines = []
+        bad = False
+        for raw in window:
+            text, line_notice = decode(raw)
+            bad = bad or bool(line_notice)
+            lines.append(text)
+        notices = []
+        if bad:
+            notices.append("[not valid UTF-8; undecodable bytes are shown as \ufffd]")
+        if total is None:
+            notices.append(f"[{rel} is large ({size} bytes); its line count is not computed]")
+        return self._window(rel, lines, start, total, " ".join(notices))
 
     @staticmethod
-    def _window(rel, lines, total, start, end, explicit_end, notice) -> str:
-        count = len(lines) if total is None else total
-        if start > count:
-            raise ToolError(f"start_line {start} is past the end of {rel} ({count} lines)")
+    def _window(rel: str, lines: list[str], start: int, total: int | None, notice: str) -> str:
+        """Render `lines` (line `start` onwards) with line numbers, within the caps."""
         out = []
         used = 0
         last = start - 1
-        for number in range(start, min(end, count) + 1):
-            line = lines[number - 1]
+        for number, line in enumerate(lines, start):
             if len(line) > MAX_LINE_CHARS:
                 line = line[:MAX_LINE_CHARS] + f" [... {len(line) - MAX_LINE_CHARS} characters cut]"
             entry = f"{number:6}\t{line}"
@@ -148,14 +181,25 @@ class ReadFile(Tool):
             used += len(entry) + 1
             last = number
         notes = [notice] if notice else []
-        if total is not None and last < count:
+        if total is not None and last < total:
             notes.append(
-                f"[showing lines {start}-{last} of {count}; read more with start_line={last + 1}]"
+                f"[showing lines {start}-{last} of {total}; read more with start_line={last + 1}]"
             )
-        elif total is None and last < end:
+        elif total is None:
             notes.append(f"[showing lines {start}-{last}; continue with start_line={last + 1}]")
-        header = f"{rel}" + (f" ({count} lines)" if total is not None else "")
+        header = f"{rel}" + (f" ({total} lines)" if total is not None else "")
         return "\n".join([header, *out, *notes])
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a text as editors, grep and linters number them: split at '\n' only
+    (str.splitlines also splits at form feeds and other separators, which would shift
+    every line number after them), a final newline ends the last line, and the '\r' of
+    a Windows line ending is dropped."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def decode(data: bytes) -> tuple[str, str]:
@@ -241,8 +285,8 @@ class WriteFile(Tool):
         if content and not content.endswith("\n"):
             content += "\n"
         existed = ws.abspath(rel).is_file()
-        before = ws.read_bytes(rel).count(b"\n") if existed else 0
         try:
+            before = ws.read_bytes(rel).count(b"\n") if existed else 0
             ws.write_bytes(rel, content.encode("utf-8"))
         except OSError as exc:
             raise ToolError(f"could not write {rel}: {exc.strerror}") from None

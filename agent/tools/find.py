@@ -140,11 +140,18 @@ class Grep(Tool):
         binary = find_executable("rg")
         if binary is None:
             raise ToolError("ripgrep (rg) is not installed in tachy's environment")
+        # ripgrep's own ignore handling prunes the walk; every path it prints is
+        # checked against the workspace's rules again below. Ignore sources the
+        # workspace does not use (.ignore files, ignore files above the root, git's
+        # global and info/exclude lists) are off, so grep sees what read_file sees.
         argv = [
-            binary, "--line-number", "--no-heading", "--with-filename", "--color=never",
-            "--sort=path", "--hidden", "--no-require-git", "--no-config", "--max-columns=2000",
-            "--glob=!.git", "--glob=!.tachy", "--ignore-file=.tachyignore",
+            binary, "--line-number", "--no-heading", "--with-filename", "--null",
+            "--color=never", "--sort=path", "--hidden", "--no-require-git", "--no-config",
+            "--no-ignore-parent", "--no-ignore-global", "--no-ignore-exclude",
+            "--no-ignore-dot", "--max-columns=2000", "--glob=!.git", "--glob=!.tachy",
         ]  # fmt: skip
+        if (ctx.workspace.root / ".tachyignore").is_file():
+            argv.append("--ignore-file=.tachyignore")
         if args.ignore_case:
             argv.append("--ignore-case")
         if args.glob:
@@ -171,7 +178,7 @@ class Grep(Tool):
         try:
             for raw in process.stdout:
                 line = raw.decode("utf-8", "replace").rstrip("\n")
-                path, sep, rest = line.partition(":")
+                path, sep, rest = line.partition("\0")
                 if not sep:
                     continue
                 path = path.removeprefix("./")
@@ -238,6 +245,13 @@ class CodebaseSearch(Tool):
         hits = await asyncio.to_thread(
             ctx.index.search, args.query, paths=args.paths, limit=args.limit or 10
         )
+        # The index may be stale or built with other rules: what the workspace hides
+        # (ignored and secret files) never reaches the model through it either.
+        visible: dict[str, bool] = {}
+        for hit in hits:
+            if hit.path not in visible:
+                visible[hit.path] = ctx.workspace.is_visible(hit.path, False)
+        hits = [hit for hit in hits if visible[hit.path]]
         if not hits:
             return f"No code found for {args.query!r}."
         blocks = []

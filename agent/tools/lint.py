@@ -45,7 +45,7 @@ class ReadLints(Tool):
                 files += [
                     rel for rel, is_dir in ws.walk(root) if not is_dir and ctx.linters.can_lint(rel)
                 ]
-            else:
+            elif ctx.linters.can_lint(root):
                 files.append(root)
         files = sorted(set(files))
         if not files:
@@ -57,4 +57,5 @@ class ReadLints(Tool):
         checked = f"{len(files)} file{'s' if len(files) != 1 else ''}"
         if not found:
             return f"No lint problems in {checked}."
-        return f"{len(found)} problems in {checked}:\n{format_diagnostics(found)}"
+        problems = f"{len(found)} problem{'s' if len(found) != 1 else ''}"
+        return f"{problems} in {checked}:\n{format_diagnostics(found)}"

@@ -8,7 +8,7 @@ from typing import Annotated
 import msgspec
 from msgspec import Meta
 
-from agent.render import cap_middle, clean_terminal_text
+from agent.render import clean_terminal_text
 from agent.sandbox import CommandResult
 from agent.tools.base import EVERYTHING, Access, Tool, ToolContext
 
@@ -16,12 +16,40 @@ from agent.tools.base import EVERYTHING, Access, Tool, ToolContext
 MAX_OUTPUT_CHARS = 24_000
 
 
+def format_bytes(count: int) -> str:
+    """A byte count for people: '64 MiB', '512 KiB', '1000 bytes'."""
+    for unit, size in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if count >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count} bytes"
+
+
 def describe_output(result: CommandResult) -> str:
-    text = clean_terminal_text(result.head)
-    if result.omitted_bytes > 0:
-        text += f"\n[... {result.omitted_bytes} bytes of output omitted ...]\n"
-    text += clean_terminal_text(result.tail)
-    text = cap_middle(text.strip("\n"), MAX_OUTPUT_CHARS)
+    """The output the model sees: all of it, or its start and end around one notice
+    that counts every byte left out (by the sandbox's capture and by this cap)."""
+    half = MAX_OUTPUT_CHARS // 2
+    omitted = result.omitted_bytes
+    if omitted <= 0:  # head and tail are contiguous: clean them as one text
+        full = clean_terminal_text(result.head + result.tail)
+        if len(full) <= MAX_OUTPUT_CHARS:
+            head, tail = full, ""
+        else:
+            head, tail = full[:half], full[-half:]
+            omitted = len(full[half:-half].encode("utf-8"))
+    else:
+        head, tail = clean_terminal_text(result.head), clean_terminal_text(result.tail)
+        if len(head) > half:
+            omitted += len(head[half:].encode("utf-8"))
+            head = head[:half]
+        keep = MAX_OUTPUT_CHARS - len(head)
+        if len(tail) > keep:
+            omitted += len(tail[:-keep].encode("utf-8"))
+            tail = tail[-keep:]
+    if omitted > 0:
+        text = f"{head}\n[... {omitted} bytes of output omitted ...]\n{tail}"
+    else:
+        text = head
+    text = text.strip("\n")
     return text if text.strip() else "(the command produced no output)"
 
 
@@ -80,7 +108,7 @@ class RunTerminalCmd(Tool):
             )
         elif result.output_overflow:
             status = (
-                f"The command printed more than {sandbox.config.max_output_bytes // 1024 // 1024} MiB "
+                f"The command printed more than {format_bytes(sandbox.config.max_output_bytes)} "
                 "and was killed. The start and end of its output:"
             )
         elif result.exit_code is not None and result.exit_code < 0:
