@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from pathlib import Path
 
 import pathspec
@@ -44,11 +45,13 @@ SECRET_NAME_PATTERNS = (
 SECRET_NAME_EXCEPTIONS = (".env.example", ".env.sample", ".env.template", ".env.dist")
 
 
+# One compiled pattern: this runs on every file name of every walk.
+_SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in SECRET_NAME_PATTERNS))
+
+
 def is_secret_name(name: str) -> bool:
     """True when a file name looks like it holds credentials."""
-    if name in SECRET_NAME_EXCEPTIONS:
-        return False
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in SECRET_NAME_PATTERNS)
+    return name not in SECRET_NAME_EXCEPTIONS and _SECRET_RE.match(name) is not None
 
 
 class IgnoreRules:

@@ -157,6 +157,11 @@ class ToolCallParser:
         if single:
             self._set_param(single.group(1), single.group(2))
             return True
+        close = line.find(CLOSE_TAG)
+        if close > 0:
+            # `<path>a.py</path></tool_call>`: the parameter, then the close.
+            self._buf = f"{line[:close]}\n{line[close:]}\n{self._buf}"
+            return True
         opening = _OPEN_PARAM_RE.match(line)
         if opening:
             self._param = opening.group(1)

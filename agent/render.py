@@ -106,9 +106,9 @@ def render_tool_docs(tools: Sequence[type[Tool]]) -> str:
     sections = []
     for tool in tools:
         params = []
-        for name, type_name, required, description in tool.parameters():
-            flag = "required" if required else "optional"
-            params.append(f"- {name} ({type_name}, {flag}): {description}")
+        for p in tool.parameters():
+            flag = "required" if p.required else "optional"
+            params.append(f"- {p.name} ({p.type_name}, {flag}): {p.description}")
         sections.append(
             f"## {tool.name}\n{tool.description()}\n\nParameters:\n" + "\n".join(params)
         )

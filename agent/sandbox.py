@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.cgroup import ProcessCgroup
-from agent.ignore import ALWAYS_HIDDEN_DIRS, IgnoreRules, is_secret_name
+from agent.ignore import ALWAYS_HIDDEN_DIRS, IGNORE_FILES, IgnoreRules, is_secret_name
 from agent.workspace import JOBS_DIR, SANDBOX_MOUNT, Workspace
 
 # Environment variables a command inherits; everything else (API keys!) stays out.
@@ -189,6 +189,123 @@ def _within_hard_limit(resource_id: int, value: int) -> tuple[int, int]:
     return value, value
 
 
+_RACY_NS = 100_000_000  # 0.1 s, well above file-system timestamp granularity
+
+
+class HiddenScanner:
+    """Finds what commands must not see, re-reading only directories that changed.
+
+    A command starts on every run_terminal_cmd, so walking a large workspace each
+    time would dominate start-up. Each directory's verdicts are kept with its mtime
+    (adding, removing or renaming an entry changes it); when any ignore file changes,
+    everything is recomputed, since rules apply to whole subtrees.
+    """
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+        self.tachy_rules = IgnoreRules(
+            workspace.root, names=(".tachyignore",), hidden_dirs=frozenset()
+        )
+        # directory -> (mtime_ns, hidden entries, subdirectories to descend into)
+        self._dirs: dict[str, tuple[int, list[tuple[str, bool]], list[str]]] = {}
+        self._ignore_stamps: dict[str, tuple[int, int] | None] = {}
+        self._restart = False
+        self._scanned = False
+
+    def scan(self) -> list[tuple[str, bool]]:
+        if self._ignore_files_changed():
+            self._reset()
+        while True:
+            self._restart = False
+            hidden: list[tuple[str, bool]] = []
+            seen: set[str] = set()
+            stack = [""]
+            while stack and not self._restart:
+                directory = stack.pop()
+                seen.add(directory)
+                entry = self._directory(directory)
+                if entry is not None:
+                    hidden.extend(entry[1])
+                    stack.extend(reversed(entry[2]))
+            if not self._restart:
+                break
+        self._scanned = True
+        for gone in self._dirs.keys() - seen:
+            del self._dirs[gone]
+        return hidden
+
+    def _reset(self) -> None:
+        self._dirs.clear()
+        self.tachy_rules.invalidate()
+        self.workspace.rules.invalidate()
+
+    def _ignore_files_changed(self) -> bool:
+        changed = False
+        for rel, stamp in list(self._ignore_stamps.items()):
+            now = _stamp(self.workspace.abspath(rel))
+            if now != stamp:
+                changed = True
+                if now is None:
+                    del self._ignore_stamps[rel]
+                else:
+                    self._ignore_stamps[rel] = now
+        return changed
+
+    def _directory(self, directory: str):
+        path = self.workspace.abspath(directory)
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return None
+        cached = self._dirs.get(directory)
+        if cached is not None and cached[0] == mtime:
+            return cached
+        # Trust a verdict only for a directory that was already quiet when it was read:
+        # a change within the file system's clock tick would leave mtime unchanged
+        # (git's "racy" entries). Recent ones are re-read next time.
+        racy = time.time_ns() - mtime < _RACY_NS
+        try:
+            with os.scandir(path) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            return None
+        hidden: list[tuple[str, bool]] = []
+        subdirs: list[str] = []
+        rules, allow_secrets = self.workspace.rules, self.workspace.allow_secrets
+        for entry in entries:
+            rel = f"{directory}/{entry.name}" if directory else entry.name
+            is_dir = entry.is_dir(follow_symlinks=False)
+            if entry.name in IGNORE_FILES and not is_dir and rel not in self._ignore_stamps:
+                self._ignore_stamps[rel] = _stamp(path / entry.name)
+                if self._scanned:
+                    # It appeared since the last scan: its rules change verdicts
+                    # already cached for this subtree, so start again from scratch.
+                    self._reset()
+                    self._restart = True
+                    return None
+            if self.tachy_rules.is_ignored(rel, is_dir):
+                hidden.append((rel, is_dir))
+            elif is_dir:
+                if entry.name not in ALWAYS_HIDDEN_DIRS and not rules.is_ignored(rel, True):
+                    subdirs.append(rel)
+            elif not allow_secrets and is_secret_name(entry.name):
+                hidden.append((rel, False))
+        result = (mtime, hidden, subdirs)
+        if racy:
+            self._dirs.pop(directory, None)
+        else:
+            self._dirs[directory] = result
+        return result
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
 class Sandbox:
     def __init__(self, workspace: Workspace, config: SandboxConfig | None = None) -> None:
         self.workspace = workspace
@@ -202,9 +319,7 @@ class Sandbox:
             self.bwrap = bwrap if self.config.use_bubblewrap else None
         self.jobs: dict[int, Job] = {}
         self._job_ids = itertools.count(1)
-        self._tachy_rules = IgnoreRules(
-            workspace.root, names=(".tachyignore",), hidden_dirs=frozenset()
-        )
+        self._hidden = HiddenScanner(workspace)
 
     @property
     def mode(self) -> str:
@@ -215,28 +330,7 @@ class Sandbox:
         """(rel_path, is_dir) of what a command must not see: .tachyignore'd entries and
         secret files. Git-ignored directories are not searched (they stay visible to
         commands, since builds and tests need their venvs and outputs)."""
-        hidden: list[tuple[str, bool]] = []
-        self._tachy_rules.invalidate()  # a command or an edit may have changed them
-        rules = self.workspace.rules
-        stack = [""]
-        while stack:
-            directory = stack.pop()
-            try:
-                with os.scandir(self.workspace.abspath(directory)) as it:
-                    entries = sorted(it, key=lambda e: e.name)
-            except OSError:
-                continue
-            for entry in entries:
-                rel = f"{directory}/{entry.name}" if directory else entry.name
-                is_dir = entry.is_dir(follow_symlinks=False)
-                if self._tachy_rules.is_ignored(rel, is_dir):
-                    hidden.append((rel, is_dir))
-                elif is_dir:
-                    if entry.name not in ALWAYS_HIDDEN_DIRS and not rules.is_ignored(rel, True):
-                        stack.append(rel)
-                elif not self.workspace.allow_secrets and is_secret_name(entry.name):
-                    hidden.append((rel, False))
-        return hidden
+        return self._hidden.scan()
 
     def _argv(self, command: str) -> list[str]:
         if not self.bwrap:

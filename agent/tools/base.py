@@ -9,11 +9,16 @@ with a message written for the model.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import inspect
+import re
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import msgspec
 
@@ -24,9 +29,22 @@ if typing.TYPE_CHECKING:
     from agent.sandbox import Sandbox
     from agent.workspace import Workspace
 
+T = TypeVar("T")
+
 # Access sets: the paths a call reads or writes, or EVERYTHING.
 EVERYTHING = None
 Access = frozenset[str] | None
+
+
+# Tools do blocking file and process work on threads. asyncio's default pool has only
+# cpu_count + 4 workers, which would serialise a turn's parallel calls on a small
+# machine; calls mostly wait on I/O and child processes, so a wider pool is cheap.
+_POOL = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="tachy-tool")
+
+
+async def run_blocking(function: Callable[..., T], *args: Any) -> T:
+    """Run blocking tool work on the tool thread pool."""
+    return await asyncio.get_running_loop().run_in_executor(_POOL, function, *args)
 
 
 class ToolError(Exception):
@@ -74,29 +92,16 @@ class Tool:
         return inspect.cleandoc(cls.__doc__ or "")
 
     @classmethod
-    def parameters(cls) -> list[tuple[str, str, bool, str]]:
-        """(name, type name, required, description) for each parameter."""
-        hints = typing.get_type_hints(cls.Args, include_extras=True)
-        result = []
-        for info in msgspec.structs.fields(cls.Args):
-            hint = hints[info.name]
-            description = ""
-            if typing.get_origin(hint) is typing.Annotated:
-                for meta in hint.__metadata__:
-                    if isinstance(meta, msgspec.Meta) and meta.description:
-                        description = meta.description
-            required = (
-                info.default is msgspec.NODEFAULT and info.default_factory is msgspec.NODEFAULT
-            )
-            result.append((info.name, _type_name(hint), required, description))
-        return result
+    def parameters(cls) -> list[Parameter]:
+        """The parameters, in declaration order (computed once per tool class)."""
+        return _parameters(cls.Args)
 
     @classmethod
     def usage(cls) -> str:
         """The valid form of a call, shown in the docs and in error results."""
         params = {}
-        for name, type_name, required, _ in cls.parameters():
-            params[name] = f"{type_name}{'' if required else ', optional'}"
+        for p in cls.parameters():
+            params[p.name] = f"{p.type_name}{'' if p.required else ', optional'}"
         return format_call(cls.name, params)
 
 
@@ -116,12 +121,42 @@ def _type_name(hint: Any) -> str:
     )
 
 
-def _is_list_field(hint: Any) -> bool:
+def _base_type(hint: Any) -> Any:
+    """The type under Annotated and Optional: `Annotated[int, ...] | None` -> int."""
     while typing.get_origin(hint) is typing.Annotated:
         hint = typing.get_args(hint)[0]
     if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return any(_is_list_field(a) for a in typing.get_args(hint) if a is not type(None))
-    return typing.get_origin(hint) is list
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        if len(args) == 1:
+            return _base_type(args[0])
+    return hint
+
+
+@dataclass(frozen=True)
+class Parameter:
+    name: str
+    type_name: str
+    required: bool
+    description: str
+    kind: str  # "text" (taken verbatim), "list" (JSON or one item per line), "scalar"
+
+
+@functools.cache
+def _parameters(args_type: type[msgspec.Struct]) -> list[Parameter]:
+    hints = typing.get_type_hints(args_type, include_extras=True)
+    result = []
+    for info in msgspec.structs.fields(args_type):
+        hint = hints[info.name]
+        description = ""
+        if typing.get_origin(hint) is typing.Annotated:
+            for meta in hint.__metadata__:
+                if isinstance(meta, msgspec.Meta) and meta.description:
+                    description = meta.description
+        required = info.default is msgspec.NODEFAULT and info.default_factory is msgspec.NODEFAULT
+        base = _base_type(hint)
+        kind = "text" if base is str else "list" if typing.get_origin(base) is list else "scalar"
+        result.append(Parameter(info.name, _type_name(hint), required, description, kind))
+    return result
 
 
 class BindError(Exception):
@@ -129,26 +164,29 @@ class BindError(Exception):
 
 
 def bind_args(tool: Tool, call: RawCall) -> msgspec.Struct:
-    """Validate and convert a parsed call's string parameters into `tool.Args`."""
-    params = tool.parameters()
-    known = {name for name, *_ in params}
-    unknown = sorted(set(call.params) - known)
+    """Validate and convert a parsed call's string parameters into `tool.Args`.
+
+    Text parameters are taken verbatim (code keeps its whitespace); numbers and
+    booleans may be padded with spaces; lists are JSON or one item per line.
+    """
+    params = {p.name: p for p in tool.parameters()}
+    unknown = sorted(set(call.params) - set(params))
     if unknown:
         raise BindError(
             f"unknown parameter{'s' if len(unknown) > 1 else ''} "
             f"{', '.join(f'<{u}>' for u in unknown)} for {tool.name}; "
-            f"its parameters are {', '.join(f'<{k}>' for k in sorted(known))}"
+            f"its parameters are {', '.join(f'<{k}>' for k in sorted(params))}"
         )
-    missing = [name for name, _, required, _ in params if required and name not in call.params]
+    missing = [p.name for p in params.values() if p.required and p.name not in call.params]
     if missing:
         raise BindError(f"missing required parameter {', '.join(f'<{m}>' for m in missing)}")
-    hints = typing.get_type_hints(tool.Args, include_extras=True)
     values: dict[str, Any] = {}
     for name, raw in call.params.items():
-        if _is_list_field(hints[name]):
+        kind = params[name].kind
+        if kind == "list":
             values[name] = _split_list(tool, name, raw)
         else:
-            values[name] = raw
+            values[name] = raw.strip() if kind == "scalar" else raw
     try:
         return msgspec.convert(values, tool.Args, strict=False)
     except msgspec.ValidationError as exc:
@@ -182,11 +220,20 @@ def _explain(message: str, params: dict[str, str]) -> str:
             where += f" (given {shown!r})"
         if "[" in path or "." in path:
             where += f" at {path}"
-    message = (
-        message.replace("`int`", "an integer")
-        .replace("`bool`", "true or false")
-        .replace("`str`", "text")
-        .replace("`array`", "a list")
-        .replace("`object`", "an object")
-    )
+    message = re.sub(r"`([^`]*)`", _plain_type, message)
     return f"{where}: {message}" if where else message
+
+
+_PLAIN_TYPES = {
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "text",
+    "array": "a list",
+    "object": "an object",
+}
+
+
+def _plain_type(match: re.Match[str]) -> str:
+    names = [n.strip() for n in match.group(1).split("|") if n.strip() != "null"]
+    return " or ".join(_PLAIN_TYPES.get(n, f"`{n}`") for n in names)

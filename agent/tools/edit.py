@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import difflib
 from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
-from agent.tools.base import Access, Tool, ToolContext, ToolError
+from agent.tools.base import Access, Tool, ToolContext, ToolError, run_blocking
 from agent.tools.files import decode, is_binary, lint_summary, resolve, split_lines
 
 MAX_EDIT_BYTES = 8 * 1024 * 1024
@@ -99,7 +98,7 @@ class EditFile(Tool):
         return frozenset(), frozenset({args.path})
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
-        return await asyncio.to_thread(self._edit, args, ctx)
+        return await run_blocking(self._edit, args, ctx)
 
     def _edit(self, args: Args, ctx: ToolContext) -> str:
         ws = ctx.workspace

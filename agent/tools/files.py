@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
 from agent.lints import LintError, format_diagnostics
-from agent.tools.base import Access, Tool, ToolContext, ToolError
+from agent.tools.base import Access, Tool, ToolContext, ToolError, run_blocking
 from agent.workspace import Workspace, WorkspaceError
 
 DEFAULT_WINDOW = 400  # lines read_file shows when no range is given
@@ -91,7 +90,7 @@ class ReadFile(Tool):
         return frozenset({args.path}), frozenset()
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
-        return await asyncio.to_thread(self._read, args, ctx)
+        return await run_blocking(self._read, args, ctx)
 
     def _read(self, args: Args, ctx: ToolContext) -> str:
         ws = ctx.workspace
@@ -232,7 +231,7 @@ class ListDir(Tool):
         ] = None
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
-        return await asyncio.to_thread(self._list, args, ctx)
+        return await run_blocking(self._list, args, ctx)
 
     def _list(self, args: Args, ctx: ToolContext) -> str:
         rel = resolve(ctx, args.path, "dir")
@@ -276,7 +275,7 @@ class WriteFile(Tool):
         return frozenset(), frozenset({args.path})
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
-        return await asyncio.to_thread(self._write, args, ctx)
+        return await run_blocking(self._write, args, ctx)
 
     def _write(self, args: Args, ctx: ToolContext) -> str:
         rel = resolve(ctx, args.path, "new")
@@ -312,7 +311,7 @@ class DeleteFile(Tool):
         return frozenset(), frozenset({args.path})
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
-        return await asyncio.to_thread(self._delete, args, ctx)
+        return await run_blocking(self._delete, args, ctx)
 
     def _delete(self, args: Args, ctx: ToolContext) -> str:
         rel = resolve(ctx, args.path, "file")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import threading
 from typing import Annotated
@@ -11,7 +10,7 @@ import msgspec
 from msgspec import Meta
 
 from agent.lints import find_executable
-from agent.tools.base import Tool, ToolContext, ToolError
+from agent.tools.base import Tool, ToolContext, ToolError, run_blocking
 from agent.tools.files import resolve
 
 _BOUNDARY = "/_-. "
@@ -95,7 +94,7 @@ class FileSearch(Tool):
         ] = None
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
-        return await asyncio.to_thread(self._search, args, ctx)
+        return await run_blocking(self._search, args, ctx)
 
     def _search(self, args: Args, ctx: ToolContext) -> str:
         if not args.query.strip():
@@ -157,7 +156,7 @@ class Grep(Tool):
         if args.glob:
             argv.append(f"--glob={args.glob}")
         argv += ["--regexp", args.pattern, "--", rel or "."]
-        return await asyncio.to_thread(self._run_rg, argv, args, ctx)
+        return await run_blocking(self._run_rg, argv, args, ctx)
 
     def _run_rg(self, argv: list[str], args: Args, ctx: ToolContext) -> str:
         limit = args.max_results or 100
@@ -242,8 +241,9 @@ class CodebaseSearch(Tool):
                 "the semantic index is not available in this tachy build yet; use grep to "
                 "search for exact text or file_search to find files by name"
             )
-        hits = await asyncio.to_thread(
-            ctx.index.search, args.query, paths=args.paths, limit=args.limit or 10
+        index = ctx.index
+        hits = await run_blocking(
+            lambda: index.search(args.query, paths=args.paths, limit=args.limit or 10)
         )
         # The index may be stale or built with other rules: what the workspace hides
         # (ignored and secret files) never reaches the model through it either.

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
 from agent.lints import LintError, format_diagnostics
-from agent.tools.base import Tool, ToolContext, ToolError
+from agent.tools.base import Tool, ToolContext, ToolError, run_blocking
 from agent.tools.files import resolve
 
 
@@ -28,7 +27,7 @@ class ReadLints(Tool):
         ] = None
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
-        return await asyncio.to_thread(self._lint, args, ctx)
+        return await run_blocking(self._lint, args, ctx)
 
     def _lint(self, args: Args, ctx: ToolContext) -> str:
         ws = ctx.workspace

@@ -131,6 +131,20 @@ def test_call_on_one_line_with_prose_after():
     assert summary(calls) == [(0, "list_dir", {}, None)]
 
 
+def test_parameter_and_close_on_the_same_line():
+    text = '<tool_call name="read_file"><path>a.py</path></tool_call> then\n<tool_call name="grep">\n<pattern>x</pattern></tool_call>\n'
+    calls = parse_all(text)
+    assert [(c.name, c.params, c.error) for c in calls] == [
+        ("read_file", {"path": "a.py"}, None),
+        ("grep", {"pattern": "x"}, None),
+    ]
+
+
+def test_single_line_value_containing_the_close_tag_stays_a_value():
+    text = '<tool_call name="grep">\n<pattern>x</tool_call>y</pattern>\n</tool_call>'
+    assert [(c.params, c.error) for c in parse_all(text)] == [({"pattern": "x</tool_call>y"}, None)]
+
+
 def test_closing_tags_inside_multi_line_value_are_verbatim():
     content = (
         'print("</tool_call>")\n'

@@ -391,6 +391,42 @@ async def test_hidden_paths(repo):
     assert sandbox.hidden_paths() == [(".env", False), ("sub", True)]
 
 
+@pytest.mark.parametrize("trust_cache", [False, True])
+def test_hidden_paths_follow_changes_between_commands(repo, monkeypatch, trust_cache):
+    stamp = iter(range(1_000_000_000, 10**12, 1_000_000_000))
+
+    def settle():
+        # With trust_cache, directories look long quiet (distinct old mtimes), so the
+        # scanner reuses its cached verdicts and must notice changes by mtime/stamps.
+        if trust_cache:
+            for directory in (repo, repo / "src"):
+                value = next(stamp)
+                os.utime(directory, ns=(value, value))
+
+    if trust_cache:
+        monkeypatch.setattr("agent.sandbox._RACY_NS", 0)
+    settle()
+    sandbox = Sandbox(Workspace(repo))
+    assert sandbox.hidden_paths() == [(".env", False)]
+    (repo / "src" / "id_rsa").write_text("key\n")  # a new secret in a known directory
+    settle()
+    assert sandbox.hidden_paths() == [(".env", False), ("src/id_rsa", False)]
+    (repo / "src" / ".tachyignore").write_text("calc.py\n")  # a new ignore file
+    settle()
+    assert sandbox.hidden_paths() == [
+        (".env", False),
+        ("src/calc.py", False),
+        ("src/id_rsa", False),
+    ]
+    with open(repo / "src" / ".tachyignore", "a") as handle:  # edited in place
+        handle.write("__init__.py\n")
+    assert ("src/__init__.py", False) in sandbox.hidden_paths()
+    (repo / "src" / ".tachyignore").unlink()
+    (repo / "src" / "id_rsa").unlink()
+    settle()
+    assert sandbox.hidden_paths() == [(".env", False)]
+
+
 @pytest.mark.parametrize("bwrap", MODES)
 async def test_environment_does_not_leak(repo, bwrap, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-leak-check")

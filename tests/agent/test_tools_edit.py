@@ -416,3 +416,21 @@ async def test_call_errors_are_rendered_with_the_prefix(ctx):
     is_error, content = await call_tool(ctx, "read_file", path="src/calc.py", bogus="1")
     assert is_error
     assert content.startswith("Error: unknown parameter <bogus> for read_file")
+
+
+async def test_numbers_and_booleans_may_be_padded_but_text_is_verbatim(ctx):
+    is_error, content = await call_tool(
+        ctx, "read_file", path="src/calc.py", start_line=" 2 ", end_line="2\n"
+    )
+    assert not is_error, content
+    assert "     2\t    return a - b" in content
+    is_error, content = await call_tool(
+        ctx,
+        "edit_file",
+        path="src/calc.py",
+        old_string="    return a - b",
+        new_string="    return a + b",
+        replace_all=" true ",
+    )
+    assert not is_error, content
+    assert (ctx.workspace.root / "src/calc.py").read_text().count("return a + b") == 2
