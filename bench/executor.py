@@ -60,6 +60,7 @@ from agent.parser import RawCall
 from agent.policy import Message, ReplayPolicy
 from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ALL_TOOLS, Tool, ToolContext, bind_args
+from agent.tools.base import _POOL, run_blocking
 from agent.workspace import Workspace
 
 CORPUS_PACKAGES = ("json", "email", "asyncio")
@@ -91,12 +92,12 @@ class BenchWait(Tool):
     class Args(msgspec.Struct, forbid_unknown_fields=True):
         ms: Annotated[int, msgspec.Meta(ge=0, description="how long to wait")]
         thread: Annotated[
-            bool, msgspec.Meta(description="block a worker thread (asyncio.to_thread)")
+            bool, msgspec.Meta(description="block a tool worker thread (run_blocking)")
         ] = False
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
         if args.thread:
-            await asyncio.to_thread(time.sleep, args.ms / 1000)
+            await run_blocking(time.sleep, args.ms / 1000)
         else:
             await asyncio.sleep(args.ms / 1000)
         return f"waited {args.ms} ms"
@@ -507,9 +508,9 @@ def machine_info() -> dict[str, Any]:
         "python_implementation": platform.python_implementation(),
         "ripgrep": rg_version,
         "user_is_root": os.geteuid() == 0,
-        # asyncio's default thread pool (asyncio.to_thread), which the file tools and
-        # grep run on: min(32, cpu_count + 4) workers.
-        "default_thread_pool_workers": min(32, (os.cpu_count() or 1) + 4),
+        # The tool thread pool (agent.tools.base.run_blocking) the file tools and grep
+        # run on.
+        "tool_thread_pool_workers": _POOL._max_workers,
     }
 
 
