@@ -306,6 +306,16 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return info.st_mtime_ns, info.st_size
 
 
+# Joins the cgroups whose cgroup.procs files are named by its first arguments, then
+# execs the rest; one process from start to the user's command.
+_JOIN_AND_EXEC = (
+    'n=$1; shift; while [ "$n" -gt 0 ]; do '
+    'echo $$ > "$1" || { echo "tachy: cannot join the command cgroup" >&2; exit 125; }; '
+    'n=$((n - 1)); shift; done; exec "$@"'
+)
+_PRLIMIT = shutil.which("prlimit")
+
+
 class Sandbox:
     def __init__(self, workspace: Workspace, config: SandboxConfig | None = None) -> None:
         self.workspace = workspace
@@ -382,23 +392,37 @@ class Sandbox:
             max_processes=config.max_processes, memory_bytes=config.memory_bytes
         )
 
-        def limit_child() -> None:  # runs in the child between fork and exec
-            if cgroup is not None:
-                cgroup.join()
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-            resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
-            resource.setrlimit(resource.RLIMIT_NPROC, nproc)
+        argv = self._argv(command)
+        preexec = None
+        if _PRLIMIT:
+            # Limits are applied by a tiny shell and prlimit that then exec the command,
+            # so CPython can start it with vfork(): a preexec_fn would force a fork() of
+            # this whole process (several ms, more for a big language server) and is
+            # unsafe beside the tool threads.
+            procs = [str(d / "cgroup.procs") for d in cgroup.dirs] if cgroup else []
+            argv = [
+                "/bin/sh", "-c", _JOIN_AND_EXEC, "tachy-limits", str(len(procs)), *procs,
+                _PRLIMIT, "--core=0", f"--fsize={fsize[0]}", f"--nproc={nproc[0]}", "--", *argv,
+            ]  # fmt: skip
+        else:
+
+            def preexec() -> None:  # runs in the child between fork and exec
+                if cgroup is not None:
+                    cgroup.join()
+                resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+                resource.setrlimit(resource.RLIMIT_FSIZE, fsize)
+                resource.setrlimit(resource.RLIMIT_NPROC, nproc)
 
         try:
             process = await asyncio.create_subprocess_exec(
-                *self._argv(command),
+                *argv,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=stdout,
                 stderr=asyncio.subprocess.STDOUT,
                 cwd=self.workspace.root,
                 env=self._env(),
                 start_new_session=True,
-                preexec_fn=limit_child,
+                preexec_fn=preexec,
             )
         except BaseException:
             if cgroup is not None:

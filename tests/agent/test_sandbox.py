@@ -520,3 +520,13 @@ def test_requesting_bubblewrap_where_missing_fails_clearly(repo, monkeypatch):
     with pytest.raises(RuntimeError, match="bubblewrap"):
         Sandbox(Workspace(repo), SandboxConfig(use_bubblewrap=True))
     assert Sandbox(Workspace(repo)).mode == "subprocess"
+
+
+@pytest.mark.parametrize("bwrap", MODES)
+async def test_file_size_and_core_limits_apply(repo, bwrap):
+    ctx = make_context(repo, use_bubblewrap=bwrap, max_file_bytes=1024 * 1024)
+    content = await ok(
+        ctx, "run_terminal_cmd", command="ulimit -c; head -c 3000000 /dev/zero > big.bin; echo done"
+    )
+    assert "Exit code: 0\n0\n" in content  # no core dumps
+    assert (repo / "big.bin").stat().st_size == 1024 * 1024
