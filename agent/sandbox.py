@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.cgroup import ProcessCgroup
-from agent.ignore import ALWAYS_HIDDEN_DIRS, IGNORE_FILES, IgnoreRules, is_secret_name
+from index.ignore import ALWAYS_HIDDEN_DIRS, IGNORE_FILES, IgnoreRules, is_secret_name
 from agent.workspace import JOBS_DIR, SANDBOX_MOUNT, Workspace
 
 # Environment variables a command inherits; everything else (API keys!) stays out.

@@ -15,7 +15,7 @@ import posixpath
 import threading
 from pathlib import Path
 
-from agent.ignore import IgnoreRules, is_secret_name, walk_visible
+from index.ignore import IgnoreRules, is_secret_name, walk_visible
 
 # Where the terminal sandbox mounts the workspace; paths the model copies from command
 # output (e.g. tracebacks) are accepted by the file tools too.

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.ignore import IgnoreRules, is_secret_name
+from index.ignore import IgnoreRules, is_secret_name
 from agent.workspace import Workspace, WorkspaceError
 from tests.agent.tool_helpers import fails, ok
 from tests.conftest import make_context

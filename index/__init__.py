@@ -1,0 +1,15 @@
+"""The semantic codebase index: "where is the code that does X?".
+
+- `ignore`    which files exist for tachy at all (.gitignore, .tachyignore, secrets)
+- `chunker`   tree-sitter chunks (functions, classes, methods; cAST split/merge)
+- `tokenize`  the code-aware tokenizer of the lexical index
+- `lexical`   SQLite FTS5 full-text index over chunks
+- `embedder`  the Embedder interface and the bundled MiniLM model
+- `vectors`   the faiss vector store (add/remove by id, flat or IVF, delta + tombstones)
+- `scan`      change detection: a Merkle tree of the workspace
+- `indexer`   CodeIndex: ties them together, persisted under .tachy/index/
+- `search`    hybrid search: lexical + dense fused by reciprocal rank
+
+`index` imports nothing from `agent` or `server` (DESIGN.md layering), and nothing
+heavy (torch, faiss) at import time: those load when dense indexing starts.
+"""
