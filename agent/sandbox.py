@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.cgroup import ProcessCgroup
-from index.ignore import ALWAYS_HIDDEN_DIRS, IGNORE_FILES, IgnoreRules, is_secret_name
 from agent.workspace import JOBS_DIR, SANDBOX_MOUNT, Workspace
+from index.ignore import ALWAYS_HIDDEN_DIRS, IGNORE_FILES, IgnoreRules, is_secret_name
 
 # Environment variables a command inherits; everything else (API keys!) stays out.
 SAFE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "VIRTUAL_ENV")

@@ -21,6 +21,7 @@ from agent.policy import PolicyError, load_policy
 from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ToolContext
 from agent.workspace import Workspace, WorkspaceError
+from server import index_commands
 
 EXIT_CODES = {"end_turn": 0, "error": 1, "max_turns": 3, "cancelled": 130}
 
@@ -72,6 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--allow-secrets", action="store_true", help="let the agent see .env files and keys"
     )
     agent.add_argument("--quiet", action="store_true", help="show no progress on stderr")
+    index_commands.add_parsers(commands)
     return parser
 
 
@@ -165,7 +167,12 @@ async def run_agent(args: argparse.Namespace) -> int:
         print(f"tachy: {exc}", file=sys.stderr)
         await policy.aclose()
         return 2
-    ctx = ToolContext(workspace=workspace, sandbox=sandbox, linters=LintRunner(workspace))
+    from index.indexer import FreshIndex  # numpy, tree-sitter: only when a run starts
+
+    search_index = FreshIndex(workspace.root)
+    ctx = ToolContext(
+        workspace=workspace, sandbox=sandbox, linters=LintRunner(workspace), index=search_index
+    )
     writer = None
     if args.transcript:
         try:
@@ -203,6 +210,7 @@ async def run_agent(args: argparse.Namespace) -> int:
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
         await policy.aclose()
+        search_index.close()
         if writer is not None:
             writer.close()
     if result.final_text:
@@ -222,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
             # Ctrl-C before the run installed its handler (or while it shut down).
             print("tachy: interrupted", file=sys.stderr)
             return 130
+    if args.command == "index":
+        return index_commands.run_index(args)
+    if args.command == "search":
+        return index_commands.run_search(args)
     raise AssertionError(args.command)
 
 

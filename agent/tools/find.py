@@ -12,6 +12,7 @@ from msgspec import Meta
 from agent.lints import find_executable
 from agent.tools.base import Tool, ToolContext, ToolError, run_blocking
 from agent.tools.files import resolve
+from index.errors import CodeIndexError
 
 _BOUNDARY = "/_-. "
 
@@ -238,13 +239,16 @@ class CodebaseSearch(Tool):
     async def run(self, args: Args, ctx: ToolContext) -> str:
         if ctx.index is None:
             raise ToolError(
-                "the semantic index is not available in this tachy build yet; use grep to "
+                "the semantic index is not available in this session; use grep to "
                 "search for exact text or file_search to find files by name"
             )
         index = ctx.index
-        hits = await run_blocking(
-            lambda: index.search(args.query, paths=args.paths, limit=args.limit or 10)
-        )
+        try:
+            hits = await run_blocking(
+                lambda: index.search(args.query, paths=args.paths, limit=args.limit or 10)
+            )
+        except CodeIndexError as exc:
+            raise ToolError(f"the semantic index failed: {exc}") from None
         # The index may be stale or built with other rules: what the workspace hides
         # (ignored and secret files) never reaches the model through it either.
         visible: dict[str, bool] = {}

@@ -201,7 +201,7 @@ async def test_grep_sees_a_new_tachyignore(repo, ctx):
 async def test_codebase_search_without_index(ctx):
     content = await fails(ctx, "codebase_search", query="where is addition")
     assert content == (
-        "Error: the semantic index is not available in this tachy build yet; use grep to "
+        "Error: the semantic index is not available in this session; use grep to "
         "search for exact text or file_search to find files by name"
     )
 

@@ -1,0 +1,757 @@
+"""CodeIndex: the semantic index of one workspace, persisted under .tachy/index/.
+
+One SQLite database (WAL) holds everything that must survive a crash:
+
+- `files`      path -> size, mtime, content hash (the last scan)
+- `blobs`      the content-addressed chunk cache: file hash -> its chunks, so a
+               renamed, restored or duplicated file is never chunked again
+- `chunks`     the live chunks: id, path, (file hash, seq) into `blobs`
+- `embeddings` embedding key (hash of the text the model sees) + model -> vector,
+               so a chunk is never embedded twice, whatever file it lands in
+- `lex_*`      the FTS5 lexical index (index.lexical)
+- `meta`       schema version, embedding model, the vector epoch
+
+Each batch of files is one transaction, so a killed indexer leaves the index as of
+its last batch, never a mix. The faiss store is derived data: it is saved with the
+epoch of the database it mirrors and rebuilt from `embeddings` when the two differ
+(a crash between them), so it can never return ids that the database disowns; search
+also drops any id it cannot find. A database that fails its integrity check, or has
+another schema version, is deleted and rebuilt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import shutil
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from index.chunker import chunk_file
+from index.errors import CodeIndexError, IndexBusyError
+from index.ignore import IgnoreRules, is_secret_name
+from index.lexical import LexicalIndex
+from index.scan import FileState, load_file, merkle_root, stat_diff
+from index.search import (
+    CHUNKS_PER_FILE,
+    SYMBOL_BOOST,
+    SearchHit,
+    cap_per_file,
+    normalise_globs,
+    path_matches,
+    query_identifiers,
+    rrf,
+    symbol_named,
+)
+
+SCHEMA_VERSION = 1
+FILES_PER_TRANSACTION = 100
+EMBED_BATCH = 128
+CANDIDATES = 50  # taken from each retriever before fusion
+SNIPPET_LINES = 12
+MAX_QUERY_CHARS = 100_000
+
+Progress = Callable[[str, int, int], None]  # (phase, done, total)
+
+
+@dataclass
+class UpdateStats:
+    files: int = 0
+    chunks: int = 0
+    changed_files: int = 0
+    removed_files: int = 0
+    reused_files: int = 0  # changed files whose chunks came from the cache
+    chunked_files: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    seconds: float = 0.0
+    root_hash: str = ""
+
+
+@dataclass
+class IndexStatus:
+    state: str  # empty | lexical (embeddings pending) | ready
+    files: int
+    chunks: int
+    embedded: int
+
+
+def embed_input(signature: str, text: str) -> str:
+    """The text the dense model sees: the enclosing signature (when the chunk does not
+    begin with it) and the code. Not the path, so a renamed file keeps its vectors."""
+    header = signature.strip()
+    if header and not text.lstrip().startswith(header.splitlines()[-1].strip()):
+        return f"{header}\n{text}"
+    return text
+
+
+def _key(text: str) -> str:
+    return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=16).hexdigest()
+
+
+class CodeIndex:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        cache_dir: str | os.PathLike[str] | None = None,
+        embedder: Any = "default",
+        dense: bool = True,
+        lock_timeout_s: float = 120.0,
+    ) -> None:
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise CodeIndexError(f"{root} is not a directory")
+        self.dir = Path(cache_dir).resolve() if cache_dir else self.root / ".tachy" / "index"
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CodeIndexError(
+                f"cannot create the index directory {self.dir}: {exc.strerror}"
+            ) from None
+        self.rules = IgnoreRules(self.root)
+        self.dense = dense and embedder is not None
+        self._embedder_spec = embedder
+        self._embedder: Any = None
+        self._vectors: Any = None
+        self._lock = threading.RLock()  # guards the writing connection
+        self._read_lock = threading.Lock()  # guards the reading connection
+        self._write_mutex = threading.Lock()  # one writer per process (flock: per machine)
+        self.rebuilt_because: str | None = None
+        self._lock_timeout_s = lock_timeout_s
+        self._lock_file = open(self.dir / "lock", "a+")  # noqa: SIM115 - held for our lifetime
+        self._priority: dict[str, float] = {}
+        self._conn = self._open_database()
+        self.lexical = LexicalIndex(self._conn)
+        # Searches read through their own connection: WAL lets them run while a
+        # writer's transaction is open, so indexing never blocks a query.
+        self._reader = sqlite3.connect(self.dir / "index.db", check_same_thread=False, timeout=30)
+        self._lexical_reader = LexicalIndex(self._reader)
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+
+    # ------------------------------------------------------------ database
+    def _open_database(self) -> sqlite3.Connection:
+        path = self.dir / "index.db"
+        try:
+            return self._connect(path)
+        except (sqlite3.DatabaseError, CodeIndexError) as exc:
+            # Corrupt, foreign or from another schema: start afresh (it is a cache).
+            self._discard(reason=str(exc))
+            return self._connect(path)
+
+    def _connect(self, path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                raise CodeIndexError("the index database failed its integrity check")
+            tables = {
+                row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            if "meta" in tables:
+                row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+                if row is None or int(row[0]) != SCHEMA_VERSION:
+                    raise CodeIndexError("the index was written by another version of tachy")
+            else:
+                self._create_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _create_schema(conn: sqlite3.Connection) -> None:
+        conn.executescript(
+            f"""
+            BEGIN;
+            CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS files(
+                path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, hash TEXT) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS blobs(
+                hash TEXT, seq INTEGER, start_line INTEGER, end_line INTEGER, symbol TEXT,
+                signature TEXT, kind TEXT, language TEXT, text TEXT, embed_key TEXT,
+                PRIMARY KEY(hash, seq)) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS chunks(
+                id INTEGER PRIMARY KEY, path TEXT, hash TEXT, seq INTEGER);
+            CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
+            CREATE INDEX IF NOT EXISTS chunks_by_blob ON chunks(hash, seq);
+            CREATE TABLE IF NOT EXISTS embeddings(
+                key TEXT, model TEXT, vector BLOB, PRIMARY KEY(key, model)) WITHOUT ROWID;
+            INSERT OR REPLACE INTO meta VALUES ('schema', '{SCHEMA_VERSION}');
+            INSERT OR IGNORE INTO meta VALUES ('vector_epoch', '0');
+            COMMIT;
+            """
+        )
+
+    def _discard(self, reason: str) -> None:
+        for name in ("index.db", "index.db-wal", "index.db-shm"):
+            with contextlib.suppress(FileNotFoundError):
+                (self.dir / name).unlink()
+        shutil.rmtree(self.dir / "vectors", ignore_errors=True)
+        self.rebuilt_because = reason
+
+    def _meta(self, key: str, default: str = "") -> str:
+        rows = self._read("SELECT value FROM meta WHERE key=?", (key,))
+        return rows[0][0] if rows else default
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._conn.execute("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value))
+
+    @contextlib.contextmanager
+    def _transaction(self):
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple]:
+        with self._read_lock:
+            return self._reader.execute(sql, params).fetchall()
+
+    @contextlib.contextmanager
+    def _writer(self):
+        """Exclusive across processes: two `tachy index` runs take turns."""
+        with self._write_mutex:
+            deadline = time.monotonic() + self._lock_timeout_s
+            while True:
+                try:
+                    fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise IndexBusyError(
+                            f"another tachy process has been updating the index in {self.dir} "
+                            f"for over {self._lock_timeout_s:.0f} s"
+                        ) from None
+                    time.sleep(0.05)
+            try:
+                yield
+            finally:
+                fcntl.flock(self._lock_file, fcntl.LOCK_UN)
+
+    # -------------------------------------------------------------- update
+    def update(self, *, progress: Progress | None = None) -> UpdateStats:
+        """Bring the index up to date with the workspace (chunks and lexical index;
+        chunks whose embeddings are cached get their vectors at once)."""
+        started = time.perf_counter()
+        with self._writer():
+            self.rules.invalidate()
+            previous = self._file_states()
+            diff = stat_diff(self.root, self.rules, previous)
+            stats = self._apply(diff.suspects, diff.gone, previous, progress)
+            stats.root_hash = merkle_root({**diff.unchanged, **self._file_states(diff.suspects)})
+            with self._transaction():
+                self._set_meta("root_hash", stats.root_hash)
+        stats.files, stats.chunks = self._counts()
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def update_paths(self, paths: Iterable[str]) -> UpdateStats:
+        """Re-index the given workspace-relative files now (after a save): fastest path
+        to searchable. Their chunks are embedded first by the next embedding pass."""
+        started = time.perf_counter()
+        wanted = sorted({p.replace("\\", "/").strip("/") for p in paths})
+        now = time.monotonic()
+        for path in wanted:
+            self._priority[path] = now
+        with self._writer():
+            previous = self._file_states(wanted)
+            visible = []
+            gone = []
+            for path in wanted:
+                target = self.root / path
+                if target.is_file() and self._indexable(path) and self._inside(target):
+                    visible.append(path)
+                elif path in previous:
+                    gone.append(path)
+            stats = self._apply(visible, gone, previous, None)
+        stats.files, stats.chunks = self._counts()
+        stats.seconds = time.perf_counter() - started
+        return stats
+
+    def prioritise(self, paths: Iterable[str]) -> None:
+        """Embed these files' chunks before the rest (open editors, recent changes)."""
+        now = time.monotonic()
+        for path in paths:
+            self._priority[path] = now
+
+    def _indexable(self, path: str) -> bool:
+        return not self.rules.is_ignored(path) and not is_secret_name(path.rsplit("/", 1)[-1])
+
+    def _inside(self, target: Path) -> bool:
+        real = Path(os.path.realpath(target))
+        return self.root in real.parents
+
+    def _file_states(self, paths: Sequence[str] | None = None) -> dict[str, FileState]:
+        if paths is None:
+            rows = self._read("SELECT path, size, mtime_ns, hash FROM files")
+        else:
+            rows = []
+            for start in range(0, len(paths), 500):
+                part = list(paths[start : start + 500])
+                marks = ",".join("?" * len(part))
+                rows += self._read(
+                    f"SELECT path, size, mtime_ns, hash FROM files WHERE path IN ({marks})", part
+                )
+        return {path: FileState(size, mtime, digest) for path, size, mtime, digest in rows}
+
+    def _apply(
+        self,
+        suspects: Sequence[str],
+        gone: Sequence[str],
+        previous: dict[str, FileState],
+        progress: Progress | None,
+    ) -> UpdateStats:
+        stats = UpdateStats()
+        removals = list(gone)
+        total = len(suspects)
+        batch: list[tuple[str, FileState, bytes | None]] = []
+
+        def flush() -> None:
+            if batch or removals:
+                self._write_batch(batch, removals, stats)
+                batch.clear()
+                removals.clear()
+
+        for done, path in enumerate(suspects, 1):
+            loaded = load_file(self.root, path)
+            if isinstance(loaded, str):
+                stats.skipped[loaded] = stats.skipped.get(loaded, 0) + 1
+                if path in previous:
+                    removals.append(path)
+            else:
+                state, data = loaded
+                old = previous.get(path)
+                batch.append((path, state, None if old and old.hash == state.hash else data))
+            if len(batch) >= FILES_PER_TRANSACTION:
+                flush()
+            if progress is not None and (done % 50 == 0 or done == total):
+                progress("files", done, total)
+        flush()
+        return stats
+
+    def _write_batch(
+        self,
+        batch: list[tuple[str, FileState, bytes | None]],
+        removals: list[str],
+        stats: UpdateStats,
+    ) -> None:
+        # Chunking (the CPU work) happens before the transaction opens.
+        prepared = []
+        for path, state, data in batch:
+            if data is None:  # touched, same content
+                prepared.append((path, state, None))
+                continue
+            stats.changed_files += 1
+            prepared.append((path, state, self._blob_rows(state.hash, path, data, stats)))
+        # Chunks whose text was embedded before (a rename, a restored file) get their
+        # vectors from the cache, whether or not the store is loaded now.
+        model = self._meta("embed_model")
+        added_vectors: list[tuple[int, bytes]] = []
+        removed_ids: list[int] = []
+        with self._lock:
+            with self._transaction() as conn:
+                for path in removals:
+                    removed_ids += self._remove_path(conn, path)
+                    conn.execute("DELETE FROM files WHERE path=?", (path,))
+                    stats.removed_files += 1
+                for path, state, rows in prepared:
+                    conn.execute(
+                        "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
+                        (path, state.size, state.mtime_ns, state.hash),
+                    )
+                    if rows is None:
+                        continue
+                    removed_ids += self._remove_path(conn, path)
+                    if rows:
+                        conn.executemany(
+                            "INSERT OR IGNORE INTO blobs VALUES (?,?,?,?,?,?,?,?,?,?)", rows
+                        )
+                    seqs = conn.execute(
+                        "SELECT seq, symbol, text, embed_key FROM blobs WHERE hash=? AND kind != 'empty' "
+                        "ORDER BY seq",
+                        (state.hash,),
+                    ).fetchall()
+                    lexical_rows = []
+                    for seq, symbol, text, embed_key in seqs:
+                        chunk_id = conn.execute(
+                            "INSERT INTO chunks(path, hash, seq) VALUES (?, ?, ?)",
+                            (path, state.hash, seq),
+                        ).lastrowid
+                        lexical_rows.append((chunk_id, path, symbol, text))
+                        if model:
+                            cached = conn.execute(
+                                "SELECT vector FROM embeddings WHERE key=? AND model=?",
+                                (embed_key, model),
+                            ).fetchone()
+                            if cached is not None:
+                                added_vectors.append((chunk_id, cached[0]))
+                    self.lexical.add(lexical_rows)
+                if model and (removed_ids or added_vectors):
+                    self._bump_epoch(conn)
+            if self._vectors is not None:
+                if removed_ids:
+                    self._vectors.remove(removed_ids)
+                if added_vectors:
+                    ids = np.array([i for i, _ in added_vectors], dtype=np.int64)
+                    self._vectors.add(
+                        ids,
+                        np.stack([np.frombuffer(v, dtype=np.float32) for _, v in added_vectors]),
+                    )
+
+    def _blob_rows(self, digest: str, path: str, data: bytes, stats: UpdateStats) -> list[tuple]:
+        """Rows of the chunk cache for a file's content; [] when already cached."""
+        if self._read("SELECT 1 FROM blobs WHERE hash=? LIMIT 1", (digest,)):
+            stats.reused_files += 1
+            return []
+        stats.chunked_files += 1
+        text = data.decode("utf-8", "replace")
+        chunks = chunk_file(path, text)
+        if not chunks:
+            # An empty (or blank) file still gets a cache row so it is not re-chunked.
+            return [(digest, 0, 1, 1, "", "", "empty", "text", "", "")]
+        return [
+            (
+                digest,
+                seq,
+                c.start_line,
+                c.end_line,
+                c.symbol,
+                c.signature,
+                c.kind,
+                c.language,
+                c.text,
+                _key(embed_input(c.signature, c.text)),
+            )
+            for seq, c in enumerate(chunks)
+        ]
+
+    def _remove_path(self, conn: sqlite3.Connection, path: str) -> list[int]:
+        ids = [row[0] for row in conn.execute("SELECT id FROM chunks WHERE path=?", (path,))]
+        if ids:
+            self.lexical.remove(ids)
+            conn.execute("DELETE FROM chunks WHERE path=?", (path,))
+        return ids
+
+    def _bump_epoch(self, conn: sqlite3.Connection) -> None:
+        conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='vector_epoch'")
+
+    def _counts(self) -> tuple[int, int]:
+        files = self._read("SELECT COUNT(*) FROM files")[0][0]
+        chunks = self._read("SELECT COUNT(*) FROM chunks")[0][0]
+        return files, chunks
+
+    # --------------------------------------------------------------- dense
+    @property
+    def embedder(self) -> Any:
+        if not self.dense:
+            raise CodeIndexError("dense search is switched off for this index")
+        if self._embedder is None:
+            if self._embedder_spec == "default":
+                from index.embedder import default_embedder
+
+                self._embedder = default_embedder()
+            else:
+                self._embedder = self._embedder_spec
+        return self._embedder
+
+    def _store(self) -> Any:
+        """The vector store, loaded or rebuilt so that it mirrors the database."""
+        if self._vectors is not None:
+            return self._vectors
+        from index.vectors import VectorStore, VectorStoreError
+
+        embedder = self.embedder
+        with self._lock:
+            if self._meta("embed_model") != embedder.name:
+                # Another model: its vectors mean nothing to this one.
+                with self._transaction() as conn:
+                    self._set_meta("embed_model", embedder.name)
+                    self._bump_epoch(conn)
+                shutil.rmtree(self.dir / "vectors", ignore_errors=True)
+            epoch = self._meta("vector_epoch", "0")
+            store = None
+            saved = self.dir / "vectors"
+            with contextlib.suppress(OSError, VectorStoreError, ValueError):
+                if (saved / "epoch").read_text().strip() == epoch:
+                    store = VectorStore.load(saved, embedder.dim)
+            if store is None:
+                store = VectorStore(embedder.dim)
+                ids, vectors = [], []
+                rows = self._conn.execute(
+                    "SELECT c.id, e.vector FROM chunks c JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq "
+                    "JOIN embeddings e ON e.key = b.embed_key AND e.model = ?",
+                    (embedder.name,),
+                )
+                for chunk_id, blob in rows:
+                    ids.append(chunk_id)
+                    vectors.append(np.frombuffer(blob, dtype=np.float32))
+                    if len(ids) >= 10_000:
+                        store.add(np.array(ids, dtype=np.int64), np.stack(vectors))
+                        ids, vectors = [], []
+                if ids:
+                    store.add(np.array(ids, dtype=np.int64), np.stack(vectors))
+                store.compact()
+            self._vectors = store
+            return store
+
+    def pending_count(self) -> int:
+        if not self.dense:
+            return 0
+        return self._read(
+            "SELECT COUNT(*) FROM chunks c JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq "
+            "WHERE NOT EXISTS "
+            "(SELECT 1 FROM embeddings e WHERE e.key = b.embed_key AND e.model = ?)",
+            (self.embedder.name,),
+        )[0][0]
+
+    def embed_pending(self, *, limit: int | None = None, progress: Progress | None = None) -> int:
+        """Embed chunks that have no vector yet, open and recently changed files first.
+        Returns how many chunks were embedded (cache hits do not count)."""
+        store = self._store()
+        model = self.embedder.name
+        rows = self._read(
+            "SELECT c.id, c.path, b.embed_key, b.text, b.signature FROM chunks c "
+            "JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq "
+            "WHERE NOT EXISTS "
+            "(SELECT 1 FROM embeddings e WHERE e.key = b.embed_key AND e.model = ?)",
+            (model,),
+        )
+        priority = self._priority
+        rows.sort(key=lambda r: (-priority.get(r[1], 0.0), r[1], r[0]))
+        if limit is not None:
+            rows = rows[:limit]
+        done = 0
+        for start in range(0, len(rows), EMBED_BATCH):
+            if self._stop.is_set():
+                break
+            batch = rows[start : start + EMBED_BATCH]
+            # One vector per distinct text: duplicates in the batch share it.
+            texts: dict[str, str] = {}
+            for _, _, key, text, signature in batch:
+                texts.setdefault(key, embed_input(signature, text))
+            keys = list(texts)
+            vectors = np.asarray(self.embedder.embed([texts[k] for k in keys]), dtype=np.float32)
+            by_key = dict(zip(keys, vectors, strict=True))
+            # The store changes under the same lock as the database, so a concurrent
+            # save_vectors() never pairs a store with an epoch it does not match.
+            with self._writer(), self._lock:
+                with self._transaction() as conn:
+                    conn.executemany(
+                        "INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?)",
+                        [(k, model, by_key[k].tobytes()) for k in keys],
+                    )
+                    live = {
+                        row[0]
+                        for row in conn.execute(
+                            f"SELECT id FROM chunks WHERE id IN ({','.join('?' * len(batch))})",
+                            [r[0] for r in batch],
+                        )
+                    }
+                    self._bump_epoch(conn)
+                kept = [r for r in batch if r[0] in live]  # a file may have changed meanwhile
+                if kept:
+                    store.add(
+                        np.array([r[0] for r in kept], dtype=np.int64),
+                        np.stack([by_key[r[2]] for r in kept]),
+                    )
+            done += len(keys)
+            if progress is not None:
+                progress("embeddings", min(start + len(batch), len(rows)), len(rows))
+        if store.needs_compaction():
+            store.compact()
+        self.save_vectors()
+        return done
+
+    def save_vectors(self) -> None:
+        """Persist the vector store with the epoch it mirrors (atomic per file)."""
+        if self._vectors is None:
+            return
+        with self._lock:
+            epoch = self._meta("vector_epoch", "0")
+            target = self.dir / "vectors"
+            self._vectors.save(target)
+            tmp = target / "epoch.tmp"
+            tmp.write_text(epoch)
+            os.replace(tmp, target / "epoch")
+
+    def start_background(self, interval_s: float = 1.0) -> None:
+        """Embed pending chunks on a background thread until `close()`."""
+        if self._worker is not None or not self.dense:
+            return
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    if self.embed_pending(limit=EMBED_BATCH * 4) == 0:
+                        self._stop.wait(interval_s)
+                except IndexBusyError:
+                    self._stop.wait(interval_s)
+
+        self._worker = threading.Thread(target=loop, name="tachy-embedder", daemon=True)
+        self._worker.start()
+
+    # -------------------------------------------------------------- search
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int = 10,
+        paths: Sequence[str] | None = None,
+        mode: str = "hybrid",
+        per_file: int = CHUNKS_PER_FILE,
+    ) -> list[SearchHit]:
+        """The chunks that best answer `query`. mode: hybrid | lexical | dense. Hybrid
+        uses the dense side only where embeddings exist (lexical alone before that)."""
+        if mode not in ("hybrid", "lexical", "dense"):
+            raise CodeIndexError(f"unknown search mode {mode!r}; use hybrid, lexical or dense")
+        query = query[:MAX_QUERY_CHARS]
+        if not query.strip():
+            return []
+        globs = normalise_globs(paths)
+        rankings: list[list[int]] = []
+        if mode != "dense":
+            with self._read_lock:
+                lexical = self._lexical_reader.search(query, limit=CANDIDATES, path_globs=globs)
+            rankings.append([cid for cid, _ in lexical])
+        # Hybrid skips the model while nothing is embedded (no point loading it).
+        if mode == "dense" or (mode == "hybrid" and self.dense and self._has_embeddings()):
+            dense = self._dense_ranking(query, globs)
+            if mode == "dense" and dense is None:
+                raise CodeIndexError("no embeddings yet: run `tachy index` to compute them")
+            if dense:
+                rankings.append(dense)
+        scores = rrf(rankings)
+        rows = self._rows(list(scores))
+        identifiers = query_identifiers(query)
+        for chunk_id, row in rows.items():
+            if symbol_named(row[4], identifiers):
+                scores[chunk_id] += SYMBOL_BOOST
+        ordered = sorted(
+            (cid for cid in scores if cid in rows), key=lambda cid: (-scores[cid], cid)
+        )
+        kept = cap_per_file([(cid, rows[cid][0]) for cid in ordered], per_file)[:limit]
+        return [self._hit(rows[cid], scores[cid]) for cid in kept]
+
+    def _has_embeddings(self) -> bool:
+        if self._vectors is not None:
+            return len(self._vectors) > 0
+        model = self._meta("embed_model")
+        return bool(
+            model and self._read("SELECT 1 FROM embeddings WHERE model=? LIMIT 1", (model,))
+        )
+
+    def _dense_ranking(self, query: str, globs: list[str] | None) -> list[int] | None:
+        store = self._store()
+        if len(store) == 0:
+            return None
+        vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
+        k = CANDIDATES * (5 if globs else 1)
+        ranked = [cid for cid, _ in store.search(vector, k)]
+        if globs is None:
+            return ranked[:CANDIDATES]
+        paths = {cid: row[0] for cid, row in self._rows(ranked).items()}
+        return [cid for cid in ranked if cid in paths and path_matches(paths[cid], globs)][
+            :CANDIDATES
+        ]
+
+    def _rows(self, ids: list[int]) -> dict[int, tuple]:
+        """id -> (path, start, end, text, symbol) for ids that still exist."""
+        found: dict[int, tuple] = {}
+        for start in range(0, len(ids), 500):
+            part = ids[start : start + 500]
+            for row in self._read(
+                "SELECT c.id, c.path, b.start_line, b.end_line, b.text, b.symbol FROM chunks c "
+                "JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq "
+                f"WHERE c.id IN ({','.join('?' * len(part))})",
+                part,
+            ):
+                found[row[0]] = row[1:]
+        return found
+
+    @staticmethod
+    def _hit(row: tuple, score: float) -> SearchHit:
+        path, start, end, text, symbol = row
+        lines = text.split("\n")
+        snippet = "\n".join(lines[:SNIPPET_LINES])
+        if len(lines) > SNIPPET_LINES:
+            snippet += f"\n[... {len(lines) - SNIPPET_LINES} more lines]"
+        return SearchHit(path, start, end, symbol, round(score, 6), snippet)
+
+    # -------------------------------------------------------------- status
+    def status(self) -> IndexStatus:
+        files, chunks = self._counts()
+        if not self.dense or self._embedder is None:
+            embedded = self._embedded_count_any_model()
+        else:
+            embedded = chunks - self.pending_count()
+        state = "empty" if files == 0 else ("ready" if chunks and embedded >= chunks else "lexical")
+        return IndexStatus(state, files, chunks, embedded)
+
+    def _embedded_count_any_model(self) -> int:
+        model = self._read("SELECT value FROM meta WHERE key='embed_model'")
+        if not model:
+            return 0
+        return self._read(
+            "SELECT COUNT(*) FROM chunks c JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq "
+            "JOIN embeddings e ON e.key = b.embed_key AND e.model = ?",
+            (model[0][0],),
+        )[0][0]
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._worker is not None:
+            self._worker.join(timeout=30)
+            self._worker = None
+        with contextlib.suppress(Exception):
+            self.save_vectors()
+        with self._lock:
+            self._conn.close()
+        with self._read_lock:
+            self._reader.close()
+        self._lock_file.close()
+
+    def __enter__(self) -> CodeIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FreshIndex:
+    """A workspace's index as the agent's codebase_search uses it: opened on first use
+    and brought up to date (lexically, changed files only) before every search, since
+    the agent edits files between searches. Embeddings already computed are used."""
+
+    def __init__(self, root: str | os.PathLike[str], **options: Any) -> None:
+        self.root = root
+        self.options = options
+        self._index: CodeIndex | None = None
+
+    def search(
+        self, query: str, *, paths: Sequence[str] | None = None, limit: int = 10
+    ) -> list[SearchHit]:
+        if self._index is None:
+            self._index = CodeIndex(self.root, lock_timeout_s=5, **self.options)
+        with contextlib.suppress(IndexBusyError):  # another indexer: search what is there
+            self._index.update()
+        return self._index.search(query, paths=paths, limit=limit)
+
+    def close(self) -> None:
+        if self._index is not None:
+            self._index.close()
+            self._index = None

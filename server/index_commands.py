@@ -1,0 +1,224 @@
+"""`tachy index` and `tachy search`: the semantic index from the command line.
+
+Human output (progress bars, summaries, results) goes to stderr; `--json` prints one
+JSON document on stdout. Exit codes: 0 ok, 1 the index failed (e.g. busy), 2 bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgspec
+
+# The index (numpy, tree-sitter, SQLite) loads only when these commands run, so
+# `tachy agent` and `tachy --help` start fast.
+if TYPE_CHECKING:
+    from index.indexer import CodeIndex, UpdateStats
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    index = commands.add_parser(
+        "index",
+        help="build or update the semantic index of a workspace",
+        description=(
+            "Index a workspace: chunks and the lexical index first (searchable within "
+            "seconds), then embeddings for search by meaning. Incremental: only changed "
+            "files are read again. The index lives in PATH/.tachy/index unless --cache-dir."
+        ),
+    )
+    index.add_argument("path", metavar="PATH", help="the workspace to index")
+    index.add_argument("--json", action="store_true", help="print statistics as JSON on stdout")
+    index.add_argument(
+        "--no-dense", action="store_true", help="skip embeddings (lexical search only)"
+    )
+    index.add_argument("--cache-dir", metavar="DIR", help="keep the index here instead")
+
+    search = commands.add_parser(
+        "search",
+        help="search a workspace's code by meaning and by words",
+        description=(
+            "Search the workspace's code. The index is brought up to date (lexically) "
+            "first; search by meaning uses the embeddings `tachy index` computed."
+        ),
+    )
+    search.add_argument("query", metavar="QUERY", nargs="?", help="what to look for")
+    search.add_argument(
+        "--queries", metavar="FILE", help="one query per line; prints a JSON list of result lists"
+    )
+    search.add_argument(
+        "--workspace", default=".", metavar="PATH", help="the workspace (default: .)"
+    )
+    search.add_argument(
+        "--limit", type=int, default=10, metavar="N", help="results per query (default 10)"
+    )
+    search.add_argument("--json", action="store_true", help="print results as JSON on stdout")
+    search.add_argument(
+        "--mode",
+        choices=("hybrid", "lexical", "dense"),
+        default="hybrid",
+        help="retrieval (default hybrid)",
+    )
+    search.add_argument(
+        "--path", action="append", metavar="GLOB", help="only under this path or glob (repeatable)"
+    )
+    search.add_argument(
+        "--cache-dir", metavar="DIR", help="the index's directory, if not PATH/.tachy/index"
+    )
+
+
+class Bar:
+    """A one-line progress bar on stderr (only when stderr is a terminal)."""
+
+    def __init__(self) -> None:
+        self.enabled = sys.stderr.isatty()
+        self._last = 0.0
+
+    def __call__(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.enabled or (now - self._last < 0.1 and done < total):
+            return
+        self._last = now
+        width = 30
+        filled = int(width * done / total) if total else width
+        sys.stderr.write(f"\r{phase:>10} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _open(
+    path: str, cache_dir: str | None, *, dense: bool = True, lock_timeout_s: float = 120
+) -> CodeIndex:
+    from index.indexer import CodeIndex
+
+    return CodeIndex(path, cache_dir=cache_dir, dense=dense, lock_timeout_s=lock_timeout_s)
+
+
+def run_index(args: argparse.Namespace) -> int:
+    from index.indexer import CodeIndexError, IndexBusyError
+
+    try:
+        index = _open(args.path, args.cache_dir, dense=not args.no_dense)
+    except CodeIndexError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
+    bar = Bar()
+    try:
+        with index:
+            if index.rebuilt_because:
+                print(f"tachy: rebuilding the index ({index.rebuilt_because})", file=sys.stderr)
+            stats = index.update(progress=bar)
+            embedded, embed_s = 0, 0.0
+            if not args.no_dense:
+                started = time.perf_counter()
+                embedded = index.embed_pending(progress=bar)
+                embed_s = time.perf_counter() - started
+            status = index.status()
+    except IndexBusyError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 1
+    except CodeIndexError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 1
+    report = {
+        **msgspec.structs.asdict(_stats_struct(stats)),
+        "embedded_now": embedded,
+        "embed_seconds": round(embed_s, 3),
+        "state": status.state,
+        "embedded": status.embedded,
+        "index_dir": str(index.dir),
+    }
+    if args.json:
+        print(msgspec.json.encode(report).decode())
+    else:
+        skipped = ", ".join(f"{n} {why}" for why, n in sorted(stats.skipped.items()))
+        print(
+            f"indexed {stats.files} files, {stats.chunks} chunks ({stats.changed_files} changed, "
+            f"{stats.removed_files} removed) in {stats.seconds:.1f} s"
+            + (f"; skipped {skipped}" if skipped else ""),
+            file=sys.stderr,
+        )
+        if not args.no_dense:
+            print(
+                f"embedded {embedded} chunks in {embed_s:.1f} s; {status.embedded}/{status.chunks} have embeddings",
+                file=sys.stderr,
+            )
+    return 0
+
+
+class _Stats(msgspec.Struct):
+    files: int
+    chunks: int
+    changed_files: int
+    removed_files: int
+    reused_files: int
+    chunked_files: int
+    skipped: dict[str, int]
+    seconds: float
+    root_hash: str
+
+
+def _stats_struct(stats: UpdateStats) -> _Stats:
+    return _Stats(
+        stats.files, stats.chunks, stats.changed_files, stats.removed_files, stats.reused_files,
+        stats.chunked_files, stats.skipped, round(stats.seconds, 3), stats.root_hash,
+    )  # fmt: skip
+
+
+def run_search(args: argparse.Namespace) -> int:
+    from index.indexer import CodeIndexError, IndexBusyError
+
+    if (args.query is None) == (args.queries is None):
+        print("tachy: give a QUERY or --queries FILE (not both)", file=sys.stderr)
+        return 2
+    if args.limit < 1:
+        print("tachy: --limit must be at least 1", file=sys.stderr)
+        return 2
+    if args.queries is not None:
+        try:
+            queries = [
+                q for q in Path(args.queries).read_text(encoding="utf-8").splitlines() if q.strip()
+            ]
+        except (OSError, UnicodeDecodeError) as exc:
+            print(f"tachy: cannot read {args.queries}: {exc}", file=sys.stderr)
+            return 2
+    else:
+        queries = [args.query]
+    try:
+        index = _open(args.workspace, args.cache_dir, lock_timeout_s=2)
+    except CodeIndexError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with index:
+            try:
+                index.update()
+            except IndexBusyError:
+                print(
+                    "tachy: another process is updating the index; searching it as it is",
+                    file=sys.stderr,
+                )
+            results = [
+                index.search(q, limit=args.limit, paths=args.path, mode=args.mode) for q in queries
+            ]
+    except CodeIndexError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 1
+    if args.queries is not None:
+        print(msgspec.json.encode(results).decode())
+    elif args.json:
+        print(msgspec.json.encode({"query": args.query, "results": results[0]}).decode())
+    else:
+        hits = results[0]
+        if not hits:
+            print(f"no results for {args.query!r}", file=sys.stderr)
+        for hit in hits:
+            title = f"{hit.path}:{hit.start_line}-{hit.end_line}"
+            print(f"{title}  {hit.symbol}  ({hit.score:.4f})", file=sys.stderr)
+            for line in hit.snippet.splitlines()[:4]:
+                print(f"    {line}", file=sys.stderr)
+    return 0
