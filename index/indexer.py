@@ -24,19 +24,21 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import multiprocessing
 import os
 import shutil
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from index.chunker import chunk_file
+from index.chunker import Chunk, chunk_file, embedding_text
 from index.errors import CodeIndexError, IndexBusyError
 from index.ignore import IgnoreRules, is_secret_name
 from index.lexical import LexicalIndex
@@ -55,6 +57,8 @@ from index.search import (
 
 SCHEMA_VERSION = 1
 FILES_PER_TRANSACTION = 100
+PARALLEL_ABOVE_FILES = 200  # updates this big chunk on worker processes
+MAX_WORKERS = 4
 EMBED_BATCH = 128
 CANDIDATES = 50  # taken from each retriever before fusion
 SNIPPET_LINES = 12
@@ -85,12 +89,68 @@ class IndexStatus:
 
 
 def embed_input(signature: str, text: str) -> str:
-    """The text the dense model sees: the enclosing signature (when the chunk does not
-    begin with it) and the code. Not the path, so a renamed file keeps its vectors."""
-    header = signature.strip()
-    if header and not text.lstrip().startswith(header.splitlines()[-1].strip()):
-        return f"{header}\n{text}"
-    return text
+    """The text the dense model sees for a chunk: its enclosing headers and its code,
+    not its path, so a renamed file keeps its vectors."""
+    return embedding_text(Chunk("", 0, 0, "", signature, "", "", text), include_path=False)
+
+
+def prepare_file(
+    root: str, rel: str, old_hash: str | None, is_cached: Callable[[str], bool]
+) -> tuple[str, FileState | str, list[tuple] | None]:
+    """Load, hash and, when its content is new to the chunk cache, chunk one file.
+
+    Returns (path, state or why it is skipped, rows): rows None when the content did
+    not change, [] when the cache already holds its chunks, else the new cache rows.
+    """
+    loaded = load_file(Path(root), rel)
+    if isinstance(loaded, str):
+        return rel, loaded, None
+    state, data = loaded
+    if state.hash == old_hash:
+        return rel, state, None
+    if is_cached(state.hash):
+        return rel, state, []
+    chunks = chunk_file(rel, data.decode("utf-8", "replace"))
+    if not chunks:
+        # An empty (or blank) file still gets a cache row so it is not read again.
+        return rel, state, [(state.hash, 0, 1, 1, "", "", "empty", "text", "", "")]
+    rows = [
+        (
+            state.hash,
+            seq,
+            c.start_line,
+            c.end_line,
+            c.symbol,
+            c.signature,
+            c.kind,
+            c.language,
+            c.text,
+            _key(embed_input(c.signature, c.text)),
+        )
+        for seq, c in enumerate(chunks)
+    ]
+    return rel, state, rows
+
+
+_worker_view: sqlite3.Connection | None = None
+
+
+def _prepare_in_worker(
+    root: str, db_path: str, rel: str, old_hash: str | None
+) -> tuple[str, FileState | str, list[tuple] | None]:
+    """prepare_file on a worker process, with its own read-only view of the cache."""
+    global _worker_view
+    if _worker_view is None:
+        _worker_view = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True, timeout=30)
+    view = _worker_view
+
+    def is_cached(digest: str) -> bool:
+        return (
+            view.execute("SELECT 1 FROM blobs WHERE hash=? LIMIT 1", (digest,)).fetchone()
+            is not None
+        )
+
+    return prepare_file(root, rel, old_hash, is_cached)
 
 
 def _key(text: str) -> str:
@@ -319,7 +379,7 @@ class CodeIndex:
         stats = UpdateStats()
         removals = list(gone)
         total = len(suspects)
-        batch: list[tuple[str, FileState, bytes | None]] = []
+        batch: list[tuple[str, FileState, list[tuple] | None]] = []
 
         def flush() -> None:
             if batch or removals:
@@ -327,16 +387,19 @@ class CodeIndex:
                 batch.clear()
                 removals.clear()
 
-        for done, path in enumerate(suspects, 1):
-            loaded = load_file(self.root, path)
-            if isinstance(loaded, str):
-                stats.skipped[loaded] = stats.skipped.get(loaded, 0) + 1
+        for done, (path, outcome, rows) in enumerate(self._prepared(suspects, previous), 1):
+            if isinstance(outcome, str):
+                stats.skipped[outcome] = stats.skipped.get(outcome, 0) + 1
                 if path in previous:
                     removals.append(path)
             else:
-                state, data = loaded
-                old = previous.get(path)
-                batch.append((path, state, None if old and old.hash == state.hash else data))
+                if rows is not None:
+                    stats.changed_files += 1
+                    if rows:
+                        stats.chunked_files += 1
+                    else:
+                        stats.reused_files += 1
+                batch.append((path, outcome, rows))
             if len(batch) >= FILES_PER_TRANSACTION:
                 flush()
             if progress is not None and (done % 50 == 0 or done == total):
@@ -344,20 +407,33 @@ class CodeIndex:
         flush()
         return stats
 
+    def _prepared(self, suspects: Sequence[str], previous: dict[str, FileState]):
+        """prepare_file for each suspect, in order: on worker processes for big updates
+        (chunking is CPU-bound Python), in this process for a few files."""
+        root = str(self.root)
+        olds = [previous[p].hash if p in previous else None for p in suspects]
+        if len(suspects) < PARALLEL_ABOVE_FILES or (os.cpu_count() or 1) < 2:
+            for path, old in zip(suspects, olds, strict=True):
+                yield prepare_file(root, path, old, self._blob_cached)
+            return
+        context = multiprocessing.get_context("forkserver")  # no fork of our threads
+        workers = min(os.cpu_count() or 1, MAX_WORKERS)
+        db = str(self.dir / "index.db")
+        n = len(suspects)
+        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            yield from pool.map(
+                _prepare_in_worker, [root] * n, [db] * n, suspects, olds, chunksize=16
+            )
+
+    def _blob_cached(self, digest: str) -> bool:
+        return bool(self._read("SELECT 1 FROM blobs WHERE hash=? LIMIT 1", (digest,)))
+
     def _write_batch(
         self,
-        batch: list[tuple[str, FileState, bytes | None]],
+        batch: list[tuple[str, FileState, list[tuple] | None]],
         removals: list[str],
         stats: UpdateStats,
     ) -> None:
-        # Chunking (the CPU work) happens before the transaction opens.
-        prepared = []
-        for path, state, data in batch:
-            if data is None:  # touched, same content
-                prepared.append((path, state, None))
-                continue
-            stats.changed_files += 1
-            prepared.append((path, state, self._blob_rows(state.hash, path, data, stats)))
         # Chunks whose text was embedded before (a rename, a restored file) get their
         # vectors from the cache, whether or not the store is loaded now.
         model = self._meta("embed_model")
@@ -369,7 +445,7 @@ class CodeIndex:
                     removed_ids += self._remove_path(conn, path)
                     conn.execute("DELETE FROM files WHERE path=?", (path,))
                     stats.removed_files += 1
-                for path, state, rows in prepared:
+                for path, state, rows in batch:
                     conn.execute(
                         "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
                         (path, state.size, state.mtime_ns, state.hash),
@@ -412,33 +488,6 @@ class CodeIndex:
                         ids,
                         np.stack([np.frombuffer(v, dtype=np.float32) for _, v in added_vectors]),
                     )
-
-    def _blob_rows(self, digest: str, path: str, data: bytes, stats: UpdateStats) -> list[tuple]:
-        """Rows of the chunk cache for a file's content; [] when already cached."""
-        if self._read("SELECT 1 FROM blobs WHERE hash=? LIMIT 1", (digest,)):
-            stats.reused_files += 1
-            return []
-        stats.chunked_files += 1
-        text = data.decode("utf-8", "replace")
-        chunks = chunk_file(path, text)
-        if not chunks:
-            # An empty (or blank) file still gets a cache row so it is not re-chunked.
-            return [(digest, 0, 1, 1, "", "", "empty", "text", "", "")]
-        return [
-            (
-                digest,
-                seq,
-                c.start_line,
-                c.end_line,
-                c.symbol,
-                c.signature,
-                c.kind,
-                c.language,
-                c.text,
-                _key(embed_input(c.signature, c.text)),
-            )
-            for seq, c in enumerate(chunks)
-        ]
 
     def _remove_path(self, conn: sqlite3.Connection, path: str) -> list[int]:
         ids = [row[0] for row in conn.execute("SELECT id FROM chunks WHERE path=?", (path,))]

@@ -1,0 +1,361 @@
+"""CodeIndex end to end on small real workspaces: incremental updates, the caches,
+crash safety, bad input and hybrid search. Index mechanics use a small hashing
+embedder (fast, counts its calls); the real MiniLM model is covered by
+test_embedder.py and by test_search_quality.py."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from index.errors import CodeIndexError
+from index.indexer import CodeIndex, FreshIndex
+
+
+class HashingEmbedder:
+    """Bag of words hashed into 256 dimensions: similar texts get similar vectors."""
+
+    name = "test-hashing-256"
+    dim = 256
+
+    def __init__(self) -> None:
+        self.texts_embedded = 0
+
+    def embed(self, texts):
+        self.texts_embedded += len(texts)
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in re.findall(r"[a-z]+", text.lower()):
+                out[row, int(hashlib.md5(word.encode()).hexdigest(), 16) % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-9)
+
+
+CALC = '''"""Arithmetic helpers."""
+
+
+def add_numbers(a, b):
+    """Add two numbers."""
+    return a + b
+
+
+def parse_config_file(path):
+    """Read the settings file and return a dict."""
+    with open(path) as handle:
+        return dict(line.split("=", 1) for line in handle)
+
+
+class Vector:
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+    def length(self):
+        return (self.x**2 + self.y**2) ** 0.5
+'''
+
+APP_JS = """export function renderWidget(el, props) {
+  const title = props.title || "untitled";
+  el.innerHTML = `<h1>${title}</h1>`;
+  return el;
+}
+
+export class EventBus {
+  constructor() { this.handlers = {}; }
+  emit(name, payload) { (this.handlers[name] || []).forEach((h) => h(payload)); }
+}
+"""
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "src").mkdir(parents=True)
+    (root / "web").mkdir()
+    (root / "src" / "calc.py").write_text(CALC)
+    (root / "web" / "app.js").write_text(APP_JS)
+    (root / "README.md").write_text("# Demo\n\nA demo project for the index tests.\n")
+    (root / ".gitignore").write_text("build/\n*.log\n")
+    (root / "build").mkdir()
+    (root / "build" / "gen.py").write_text("def generated_function():\n    pass\n")
+    (root / "debug.log").write_text("parse_config_file failed\n")
+    (root / ".env").write_text("SECRET_TOKEN=hunter2\n")
+    return root
+
+
+def open_index(root: Path, **options) -> CodeIndex:
+    options.setdefault("embedder", HashingEmbedder())
+    return CodeIndex(root, **options)
+
+
+def lines_of(root: Path, hit) -> str:
+    lines = (root / hit.path).read_text().split("\n")
+    return "\n".join(lines[hit.start_line - 1 : hit.end_line])
+
+
+def test_update_indexes_visible_files_only(workspace):
+    with open_index(workspace) as index:
+        stats = index.update()
+        assert stats.files == 4  # calc.py, app.js, README.md, .gitignore
+        assert stats.chunks >= 3
+        paths = {hit.path for hit in index.search("generated_function secret token", mode="lexical", limit=50)}
+        assert paths.isdisjoint({"build/gen.py", ".env", "debug.log"})
+        top = index.search("parse_config_file", mode="lexical")[0]
+        assert (top.path, top.symbol) == ("src/calc.py", "parse_config_file")
+        assert "def parse_config_file(path):" in top.snippet
+
+
+def test_hits_point_at_the_exact_lines(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        for hit in index.search("Vector length renderWidget", mode="lexical", limit=20):
+            text = lines_of(workspace, hit)
+            assert hit.snippet.split("\n")[0] == text.split("\n")[0]
+
+
+def test_incremental_update_reads_only_changed_files(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        again = index.update()
+        assert again.changed_files == 0 and again.chunked_files == 0
+        calc = workspace / "src" / "calc.py"
+        calc.write_text(CALC.replace("parse_config_file", "load_settings_file"))
+        changed = index.update()
+        assert changed.changed_files == 1
+        assert index.search("load_settings_file", mode="lexical")[0].symbol == "load_settings_file"
+        assert all(h.symbol != "parse_config_file" for h in index.search("parse_config_file", mode="lexical"))
+
+
+def test_touched_file_with_same_content_is_not_rechunked(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        calc = workspace / "src" / "calc.py"
+        os.utime(calc, ns=(1, 1))
+        stats = index.update()
+        assert stats.changed_files == 0 and stats.chunked_files == 0
+
+
+def test_rename_and_duplicates_reuse_chunks_and_embeddings(workspace):
+    embedder = HashingEmbedder()
+    with open_index(workspace, embedder=embedder) as index:
+        index.update()
+        first = index.embed_pending()
+        assert first > 0
+        used = embedder.texts_embedded
+        (workspace / "src" / "calc.py").rename(workspace / "src" / "arith.py")
+        (workspace / "copy_of_app.js").write_text(APP_JS)
+        stats = index.update()
+        assert stats.chunked_files == 0  # both contents were chunked before
+        assert stats.reused_files == 2
+        assert index.embed_pending() == 0
+        assert embedder.texts_embedded == used  # nothing embedded again
+        dense = index.search("parse config file settings dict", mode="dense")
+        assert dense[0].path == "src/arith.py"
+        assert index.status().state == "ready"
+
+
+def test_removed_files_leave_both_indexes(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        index.embed_pending()
+        (workspace / "web" / "app.js").unlink()
+        stats = index.update()
+        assert stats.removed_files == 1
+        for mode in ("lexical", "dense", "hybrid"):
+            assert all(h.path != "web/app.js" for h in index.search("renderWidget EventBus emit", mode=mode))
+
+
+def test_hybrid_uses_both_and_caps_chunks_per_file(workspace):
+    many = "\n\n".join(f"def handler_{i}(event):\n    return dispatch(event, {i})\n" * 1 for i in range(40))
+    (workspace / "src" / "handlers.py").write_text(many)
+    with open_index(workspace) as index:
+        index.update()
+        before = index.search("dispatch event handler", mode="hybrid", limit=10)
+        index.embed_pending()
+        hits = index.search("dispatch event handler", mode="hybrid", limit=10, per_file=2)
+        assert sum(h.path == "src/handlers.py" for h in hits) <= 2
+        assert before  # hybrid works lexically before any embedding exists
+
+
+def test_path_filters(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        index.embed_pending()
+        for mode in ("lexical", "dense", "hybrid"):
+            hits = index.search("title handlers render", paths=["web"], mode=mode, limit=20)
+            assert hits and all(h.path.startswith("web/") for h in hits), mode
+            hits = index.search("add numbers", paths=["*.py"], mode=mode, limit=20)
+            assert all(h.path.endswith(".py") for h in hits), mode
+
+
+def test_symbol_named_in_query_is_boosted(workspace):
+    (workspace / "src" / "other.py").write_text(
+        "def unrelated():\n    # the length, length, length of a vector, vector, vector\n    return 0\n"
+    )
+    with open_index(workspace) as index:
+        index.update()
+        assert index.search("Vector.length", mode="lexical")[0].symbol == "Vector"
+
+
+def test_vectors_persist_and_are_rebuilt_when_out_of_step(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        index.embed_pending()
+        expected = [(h.path, h.start_line) for h in index.search("parse config", mode="dense")]
+    assert (workspace / ".tachy" / "index" / "vectors" / "epoch").exists()
+    with open_index(workspace) as index:
+        assert [(h.path, h.start_line) for h in index.search("parse config", mode="dense")] == expected
+    # A crash between the database commit and the vector save: epochs differ.
+    (workspace / ".tachy" / "index" / "vectors" / "epoch").write_text("-1")
+    with open_index(workspace) as index:
+        assert [(h.path, h.start_line) for h in index.search("parse config", mode="dense")] == expected
+
+
+def test_corrupt_database_is_detected_and_rebuilt(workspace):
+    with open_index(workspace) as index:
+        index.update()
+    db = workspace / ".tachy" / "index" / "index.db"
+    data = bytearray(db.read_bytes())
+    data[100:4096] = os.urandom(3996)
+    db.write_bytes(bytes(data))
+    for name in ("index.db-wal", "index.db-shm"):
+        (db.parent / name).unlink(missing_ok=True)
+    with open_index(workspace) as index:
+        assert index.rebuilt_because
+        index.update()
+        assert index.search("parse_config_file", mode="lexical")[0].symbol == "parse_config_file"
+
+
+def test_other_schema_version_is_rebuilt(workspace):
+    with open_index(workspace) as index:
+        index.update()
+    db = sqlite3.connect(workspace / ".tachy" / "index" / "index.db")
+    db.execute("UPDATE meta SET value='999' WHERE key='schema'")
+    db.commit()
+    db.close()
+    with open_index(workspace) as index:
+        assert "another version" in index.rebuilt_because
+
+
+def test_bad_files_are_skipped_with_reasons(workspace):
+    (workspace / "big.log.txt").write_bytes(b"")
+    with open(workspace / "big.log.txt", "r+b") as handle:  # 2 GB, sparse
+        handle.truncate(2 * 1024**3)
+    (workspace / "bundle.js").write_text("var a=1;" * 2000 + "\n")
+    (workspace / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00")
+    (workspace / "latin.py").write_bytes("name = 'café'\n".encode("latin-1"))
+    (workspace / "loop_a").symlink_to("loop_b")
+    (workspace / "loop_b").symlink_to("loop_a")
+    (workspace / "src" / "up").symlink_to("..")
+    with open_index(workspace) as index:
+        stats = index.update()
+        assert stats.skipped == {"oversized": 1, "generated": 1, "binary": 1}
+        assert index.search("name caf", mode="lexical")[0].path == "latin.py"
+
+
+def test_files_vanishing_mid_index(workspace, monkeypatch):
+    for i in range(30):
+        (workspace / f"mod_{i}.py").write_text(f"def function_{i}():\n    return {i}\n")
+    import index.indexer as indexer_module
+
+    real_load = indexer_module.load_file
+
+    def vanishing(root, rel):
+        if rel == "mod_7.py":
+            (root / rel).unlink()
+        return real_load(root, rel)
+
+    monkeypatch.setattr(indexer_module, "load_file", vanishing)
+    with open_index(workspace) as index:
+        stats = index.update()
+        assert stats.skipped.get("vanished") == 1
+        assert not index.search("function_7", mode="lexical")
+
+
+def test_empty_workspace_and_huge_or_empty_queries(tmp_path):
+    root = tmp_path / "empty"
+    root.mkdir()
+    with open_index(root) as index:
+        assert index.update().files == 0
+        assert index.status().state == "empty"
+        assert index.search("anything") == []
+        assert index.search("") == []
+        assert index.search("parse " * 20_000) == []
+
+
+def test_huge_query_is_bounded(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        index.embed_pending()
+        hits = index.search("parse_config_file " + "x" * 100_000, mode="hybrid")
+        assert hits[0].symbol == "parse_config_file"
+
+
+def test_not_a_directory(tmp_path):
+    with pytest.raises(CodeIndexError):
+        CodeIndex(tmp_path / "missing")
+
+
+def test_concurrent_writers_take_turns(workspace):
+    for i in range(200):
+        (workspace / f"gen_{i}.py").write_text(f"def generated_{i}(x):\n    return x * {i}\n" * 20)
+    errors = []
+
+    def run():
+        try:
+            with CodeIndex(workspace, dense=False) as index:
+                index.update()
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with CodeIndex(workspace, dense=False) as index:
+        assert index.status().files == 204
+        assert index.search("generated_150", mode="lexical")[0].path == "gen_150.py"
+
+
+def test_killed_indexer_leaves_a_consistent_index(workspace):
+    for i in range(400):
+        (workspace / f"bulk_{i}.py").write_text(f"def bulk_{i}(value):\n    return value + {i}\n" * 30)
+    script = (
+        "import sys; from index.indexer import CodeIndex\n"
+        "CodeIndex(sys.argv[1], dense=False).update(progress=lambda *a: print(*a, flush=True))\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(workspace)], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:  # kill it in the middle of indexing
+        if line.startswith("files 150"):
+            proc.kill()
+            break
+    proc.wait()
+    with CodeIndex(workspace, dense=False) as index:
+        for hit in index.search("bulk value return", mode="lexical", limit=50):
+            assert hit.snippet.split("\n")[0] == lines_of(workspace, hit).split("\n")[0]
+        index.update()
+        assert index.status().files == 404
+
+
+def test_fresh_index_sees_edits_between_searches(workspace):
+    fresh = FreshIndex(workspace, embedder=HashingEmbedder())
+    try:
+        assert fresh.search("parse_config_file", limit=3)[0].path == "src/calc.py"
+        (workspace / "src" / "new_module.py").write_text("def brand_new_helper():\n    return 42\n")
+        assert fresh.search("brand_new_helper", limit=3)[0].path == "src/new_module.py"
+    finally:
+        fresh.close()
