@@ -20,6 +20,12 @@ Construction is cheap and does not import torch: it checks the model directory
 (config, tokenizer, safetensors header) and computes `name`, so a caller whose
 embeddings are all cached never pays for torch. The weights load on the first
 `embed()` (or `load()`). A missing or corrupt model directory raises `EmbedderError`.
+
+Threads: embed() runs torch on `threads` intra-op threads (default: all usable cores)
+and puts the process setting back afterwards; calls on one embedder are serialised.
+torch's OpenMP threads are set to sleep rather than spin (see `_import_torch`): with
+spinning threads a 2-core box loses 2-6x whenever another process holds a core.
+`last_timings` says where the time of the last call went (tokenize vs forward).
 """
 
 from __future__ import annotations
@@ -42,7 +48,14 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["Embedder", "EmbedderError", "MiniLMEmbedder", "default_embedder"]
+__all__ = [
+    "EmbedTimings",
+    "Embedder",
+    "EmbedderError",
+    "MiniLMEmbedder",
+    "default_embedder",
+    "default_model_dir",
+]
 
 
 class EmbedderError(RuntimeError):

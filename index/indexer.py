@@ -41,7 +41,7 @@ import numpy as np
 from index.chunker import Chunk, chunk_file, embedding_text
 from index.errors import CodeIndexError, IndexBusyError
 from index.ignore import IgnoreRules, is_secret_name
-from index.lexical import LexicalIndex
+from index.lexical import LAYOUT_VERSION, LexicalIndex
 from index.scan import FileState, load_file, merkle_root, stat_diff
 from index.search import (
     CHUNKS_PER_FILE,
@@ -56,6 +56,8 @@ from index.search import (
 )
 
 SCHEMA_VERSION = 1
+# The lexical index's layout (its tokenizer) is part of what the database holds.
+_SCHEMA_TAG = f"{SCHEMA_VERSION}.{LAYOUT_VERSION}"
 FILES_PER_TRANSACTION = 100
 PARALLEL_ABOVE_FILES = 200  # updates this big chunk on worker processes
 MAX_WORKERS = 4
@@ -220,7 +222,7 @@ class CodeIndex:
             }
             if "meta" in tables:
                 row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
-                if row is None or int(row[0]) != SCHEMA_VERSION:
+                if row is None or row[0] != _SCHEMA_TAG:
                     raise CodeIndexError("the index was written by another version of tachy")
             else:
                 self._create_schema(conn)
@@ -247,7 +249,7 @@ class CodeIndex:
             CREATE INDEX IF NOT EXISTS chunks_by_blob ON chunks(hash, seq);
             CREATE TABLE IF NOT EXISTS embeddings(
                 key TEXT, model TEXT, vector BLOB, PRIMARY KEY(key, model)) WITHOUT ROWID;
-            INSERT OR REPLACE INTO meta VALUES ('schema', '{SCHEMA_VERSION}');
+            INSERT OR REPLACE INTO meta VALUES ('schema', '{_SCHEMA_TAG}');
             INSERT OR IGNORE INTO meta VALUES ('vector_epoch', '0');
             COMMIT;
             """

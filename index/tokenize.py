@@ -14,14 +14,17 @@ How text becomes terms (`index_terms`):
 - A word splits into *parts* at underscores, at camelCase/PascalCase humps and at
   letter/digit boundaries: ``getHTTPResponse`` → get, http, response; ``read_file`` →
   read, file; ``URLs`` → urls; ``base64`` → base, 64; ``utf8`` → utf (``8`` is dropped,
-  see below).
+  see below). Splitting digits off lets ``utf-8``, ``utf_8`` and ``utf8`` meet; the
+  whole term below keeps ``base64`` distinct from "base 64".
 - A word of two or more parts is also kept *whole*, in one canonical snake form: its
   lowercased parts joined by ``_`` (``getHTTPResponse`` → ``get_http_response``,
   ``read_file`` → ``read_file``, ``base64`` → ``base_64``). camelCase and snake_case
   spellings of one name therefore share their whole term as well as their parts.
   Leading/trailing/doubled underscores carry no meaning (``__init__`` → init).
-- Parts are lowercased and lightly stemmed (a plural ``s``: files → file, entries →
-  entry, classes → class); the whole term is not stemmed.
+- Parts are case-folded and lightly stemmed (plural ``s``/``es``/``ies`` and a final
+  ``e``: file, files → fil; entries → entry; classes → class), so that "read files"
+  finds ``read_file``; stems meet only other stems, in the index and in queries. The
+  whole term is not stemmed.
 - Dropped: one-character ASCII parts, stop words (English function words and keywords
   found in nearly every chunk, see `STOP_WORDS`), words over `MAX_WORD_CHARS` characters
   and shorter words that look like base64/hex blobs (many tiny alternating parts).
@@ -32,11 +35,13 @@ How text becomes terms (`index_terms`):
 
 Comments, strings and docstrings are text like any other, so their words are included.
 
-`query_expression` turns a free-text query (three words or a 100 KB paste) into an FTS5
-MATCH expression over the same terms: stop words dropped, terms deduplicated, at most
-`MAX_QUERY_TERMS`, each one double-quoted and joined with OR. Because every term is
-``[a-z0-9_]+`` and quoted, nothing in a query (quotes, AND/OR/NOT/NEAR, ``*``, ``:``,
-``^``, parentheses, ``-``) can reach FTS5 as syntax.
+`query_terms` gives the distinct terms of a free-text query (three words or a 100 KB
+paste) through the same steps, general words like "return", "value", "function"
+(`QUERY_NOISE`) also dropped; `query_expression` turns them into an FTS5 MATCH
+expression: at most `MAX_QUERY_TERMS`, each double-quoted, joined with OR. Because every
+term is ``[a-z0-9_]+`` and quoted, nothing in a query (quotes, AND/OR/NOT/NEAR, ``*``,
+``:``, ``^``, parentheses, ``-``) can reach FTS5 as syntax. (`LexicalIndex.search`
+picks its terms with corpus statistics instead: see index.lexical.)
 """
 
 from __future__ import annotations

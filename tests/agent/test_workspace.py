@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from index.ignore import IgnoreRules, is_secret_name
 from agent.workspace import Workspace, WorkspaceError
+from index.ignore import IgnoreRules, is_secret_name
 from tests.agent.tool_helpers import fails, ok
 from tests.conftest import make_context
 

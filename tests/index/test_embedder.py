@@ -77,6 +77,8 @@ def test_rows_are_unit_and_in_input_order(embedder: MiniLMEmbedder) -> None:
     texts = ["short", LONG_CODE, "a medium sized sentence about sorting lists", "", "short"]
     together = embedder.embed(texts)
     np.testing.assert_allclose(np.linalg.norm(together, axis=1), 1.0, atol=1e-5)
+    timings = embedder.last_timings
+    assert timings.texts == 5 and timings.tokens <= timings.padded_tokens
     one_by_one = np.concatenate([embedder.embed([t]) for t in texts])  # no padding at all
     np.testing.assert_allclose(together, one_by_one, atol=2e-5)
     np.testing.assert_allclose(together[0], together[4], atol=1e-6)

@@ -359,3 +359,36 @@ def test_fresh_index_sees_edits_between_searches(workspace):
         assert fresh.search("brand_new_helper", limit=3)[0].path == "src/new_module.py"
     finally:
         fresh.close()
+
+
+def test_recently_changed_and_open_files_are_embedded_first(workspace):
+    for i in range(20):
+        (workspace / f"aaa_{i:02}.py").write_text(f"def early_{i}():\n    return {i}\n")
+    with open_index(workspace) as index:
+        index.update()
+        index.prioritise(["web/app.js"])
+        (workspace / "src" / "calc.py").write_text(CALC + "\n\ndef saved_just_now():\n    return 1\n")
+        index.update_paths(["src/calc.py"])  # a save: most recent, so first
+        index.embed_pending(limit=3)
+        embedded = {h.path for h in index.search("anything at all here", mode="dense", limit=50)}
+        assert embedded == {"src/calc.py"}
+        index.embed_pending(limit=3)
+        embedded = {h.path for h in index.search("anything at all here", mode="dense", limit=50)}
+        assert "web/app.js" in embedded and not any(p.startswith("aaa_") for p in embedded)
+
+
+def test_unreadable_files_are_skipped(workspace, monkeypatch):
+    import index.scan as scan_module
+
+    real_open = open
+
+    def guarded(path, *args, **kwargs):
+        if str(path).endswith("app.js"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(scan_module, "open", guarded, raising=False)
+    with open_index(workspace) as index:
+        stats = index.update()
+        assert stats.skipped == {"unreadable: Permission denied": 1}
+        assert stats.files == 3

@@ -239,8 +239,10 @@ def test_save_load_round_trip(tmp_path: Path, kind: str) -> None:
     again = VectorStore.load(tmp_path / "vec", DIM)
     for q in x[::97]:
         assert again.search(q, 10) == store.search(q, 10)
+    (tmp_path / "vec" / "epoch.tmp").write_text("someone else's")
+    loaded.save(tmp_path / "vec")
     names = sorted(p.name for p in (tmp_path / "vec").iterdir())
-    assert len(names) == 4, names  # the old generation was cleaned up
+    assert len(names) == 5 and "epoch.tmp" in names, names  # old generations cleaned up
 
 
 def test_save_rewrites_main_only_when_it_changed(tmp_path: Path) -> None:
