@@ -107,7 +107,10 @@ def test_update_indexes_visible_files_only(workspace):
         stats = index.update()
         assert stats.files == 4  # calc.py, app.js, README.md, .gitignore
         assert stats.chunks >= 3
-        paths = {hit.path for hit in index.search("generated_function secret token", mode="lexical", limit=50)}
+        paths = {
+            hit.path
+            for hit in index.search("generated_function secret token", mode="lexical", limit=50)
+        }
         assert paths.isdisjoint({"build/gen.py", ".env", "debug.log"})
         top = index.search("parse_config_file", mode="lexical")[0]
         assert (top.path, top.symbol) == ("src/calc.py", "parse_config_file")
@@ -132,7 +135,10 @@ def test_incremental_update_reads_only_changed_files(workspace):
         changed = index.update()
         assert changed.changed_files == 1
         assert index.search("load_settings_file", mode="lexical")[0].symbol == "load_settings_file"
-        assert all(h.symbol != "parse_config_file" for h in index.search("parse_config_file", mode="lexical"))
+        assert all(
+            h.symbol != "parse_config_file"
+            for h in index.search("parse_config_file", mode="lexical")
+        )
 
 
 def test_touched_file_with_same_content_is_not_rechunked(workspace):
@@ -171,11 +177,16 @@ def test_removed_files_leave_both_indexes(workspace):
         stats = index.update()
         assert stats.removed_files == 1
         for mode in ("lexical", "dense", "hybrid"):
-            assert all(h.path != "web/app.js" for h in index.search("renderWidget EventBus emit", mode=mode))
+            assert all(
+                h.path != "web/app.js"
+                for h in index.search("renderWidget EventBus emit", mode=mode)
+            )
 
 
 def test_hybrid_uses_both_and_caps_chunks_per_file(workspace):
-    many = "\n\n".join(f"def handler_{i}(event):\n    return dispatch(event, {i})\n" * 1 for i in range(40))
+    many = "\n\n".join(
+        f"def handler_{i}(event):\n    return dispatch(event, {i})\n" * 1 for i in range(40)
+    )
     (workspace / "src" / "handlers.py").write_text(many)
     with open_index(workspace) as index:
         index.update()
@@ -213,11 +224,15 @@ def test_vectors_persist_and_are_rebuilt_when_out_of_step(workspace):
         expected = [(h.path, h.start_line) for h in index.search("parse config", mode="dense")]
     assert (workspace / ".tachy" / "index" / "vectors" / "epoch").exists()
     with open_index(workspace) as index:
-        assert [(h.path, h.start_line) for h in index.search("parse config", mode="dense")] == expected
+        assert [
+            (h.path, h.start_line) for h in index.search("parse config", mode="dense")
+        ] == expected
     # A crash between the database commit and the vector save: epochs differ.
     (workspace / ".tachy" / "index" / "vectors" / "epoch").write_text("-1")
     with open_index(workspace) as index:
-        assert [(h.path, h.start_line) for h in index.search("parse config", mode="dense")] == expected
+        assert [
+            (h.path, h.start_line) for h in index.search("parse config", mode="dense")
+        ] == expected
 
 
 def test_corrupt_database_is_detected_and_rebuilt(workspace):
@@ -330,13 +345,18 @@ def test_concurrent_writers_take_turns(workspace):
 
 def test_killed_indexer_leaves_a_consistent_index(workspace):
     for i in range(400):
-        (workspace / f"bulk_{i}.py").write_text(f"def bulk_{i}(value):\n    return value + {i}\n" * 30)
+        (workspace / f"bulk_{i}.py").write_text(
+            f"def bulk_{i}(value):\n    return value + {i}\n" * 30
+        )
     script = (
         "import sys; from index.indexer import CodeIndex\n"
         "CodeIndex(sys.argv[1], dense=False).update(progress=lambda *a: print(*a, flush=True))\n"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-c", script, str(workspace)], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+        [sys.executable, "-c", script, str(workspace)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path.cwd(),
     )
     assert proc.stdout is not None
     for line in proc.stdout:  # kill it in the middle of indexing
@@ -367,7 +387,9 @@ def test_recently_changed_and_open_files_are_embedded_first(workspace):
     with open_index(workspace) as index:
         index.update()
         index.prioritise(["web/app.js"])
-        (workspace / "src" / "calc.py").write_text(CALC + "\n\ndef saved_just_now():\n    return 1\n")
+        (workspace / "src" / "calc.py").write_text(
+            CALC + "\n\ndef saved_just_now():\n    return 1\n"
+        )
         index.update_paths(["src/calc.py"])  # a save: most recent, so first
         index.embed_pending(limit=3)
         embedded = {h.path for h in index.search("anything at all here", mode="dense", limit=50)}

@@ -39,7 +39,9 @@ def test_index_then_search_lexically(repo):
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
     assert stats["files"] >= 5 and stats["chunks"] >= 5 and stats["state"] == "lexical"
-    found = tachy("search", "--workspace", str(repo), "--json", "--mode", "lexical", "parse config file")
+    found = tachy(
+        "search", "--workspace", str(repo), "--json", "--mode", "lexical", "parse config file"
+    )
     assert found.returncode == 0, found.stderr
     results = json.loads(found.stdout)["results"]
     assert results[0]["path"] == "src/config.py"
@@ -57,7 +59,9 @@ def test_search_builds_the_index_when_missing_and_prints_to_stderr(repo):
 def test_batch_queries_give_a_list_of_result_lists(repo, tmp_path):
     queries = tmp_path / "queries.txt"
     queries.write_text("parse config file\n\nadd\n")
-    found = tachy("search", "--workspace", str(repo), "--mode", "lexical", "--queries", str(queries))
+    found = tachy(
+        "search", "--workspace", str(repo), "--mode", "lexical", "--queries", str(queries)
+    )
     assert found.returncode == 0, found.stderr
     results = json.loads(found.stdout)
     assert len(results) == 2 and all(isinstance(r, list) for r in results)
@@ -69,7 +73,9 @@ def test_dense_index_with_the_bundled_model(repo):
     assert done.returncode == 0, done.stderr
     stats = json.loads(done.stdout)
     assert stats["state"] == "ready" and stats["embedded"] == stats["chunks"]
-    found = tachy("search", "--workspace", str(repo), "--json", "--mode", "dense", "read settings from a file")
+    found = tachy(
+        "search", "--workspace", str(repo), "--json", "--mode", "dense", "read settings from a file"
+    )
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)["results"][0]["path"] == "src/config.py"
 
@@ -77,7 +83,12 @@ def test_dense_index_with_the_bundled_model(repo):
 def test_usage_errors(repo, tmp_path):
     assert tachy("index", str(tmp_path / "missing")).returncode == 2
     assert tachy("search", "--workspace", str(repo)).returncode == 2
-    assert tachy("search", "--workspace", str(repo), "--queries", str(tmp_path / "nope.txt")).returncode == 2
+    assert (
+        tachy(
+            "search", "--workspace", str(repo), "--queries", str(tmp_path / "nope.txt")
+        ).returncode
+        == 2
+    )
     dense_first = tachy("search", "--workspace", str(repo), "--mode", "dense", "x")
     assert dense_first.returncode == 1
     assert "no embeddings yet" in dense_first.stderr
