@@ -54,6 +54,7 @@ from index.search import (
     rrf,
     symbol_named,
 )
+from index.tokenize import index_terms
 
 SCHEMA_VERSION = 1
 # The lexical index's layout (its tokenizer) is part of what the database holds.
@@ -98,24 +99,26 @@ def embed_input(signature: str, text: str) -> str:
 
 def prepare_file(
     root: str, rel: str, old_hash: str | None, is_cached: Callable[[str], bool]
-) -> tuple[str, FileState | str, list[tuple] | None]:
+) -> tuple[str, FileState | str, list[tuple] | None, list[str]]:
     """Load, hash and, when its content is new to the chunk cache, chunk one file.
 
-    Returns (path, state or why it is skipped, rows): rows None when the content did
-    not change, [] when the cache already holds its chunks, else the new cache rows.
+    Returns (path, state or why it is skipped, rows, terms): rows None when the content
+    did not change, [] when the cache already holds its chunks, else the new cache rows,
+    with the lexical index's terms of each row's text (tokenizing is as costly as
+    chunking, so it is done here too, on worker processes in big updates).
     """
     loaded = load_file(Path(root), rel)
     if isinstance(loaded, str):
-        return rel, loaded, None
+        return rel, loaded, None, []
     state, data = loaded
     if state.hash == old_hash:
-        return rel, state, None
+        return rel, state, None, []
     if is_cached(state.hash):
-        return rel, state, []
+        return rel, state, [], []
     chunks = chunk_file(rel, data.decode("utf-8", "replace"))
     if not chunks:
         # An empty (or blank) file still gets a cache row so it is not read again.
-        return rel, state, [(state.hash, 0, 1, 1, "", "", "empty", "text", "", "")]
+        return rel, state, [(state.hash, 0, 1, 1, "", "", "empty", "text", "", "")], [""]
     rows = [
         (
             state.hash,
@@ -131,7 +134,7 @@ def prepare_file(
         )
         for seq, c in enumerate(chunks)
     ]
-    return rel, state, rows
+    return rel, state, rows, [index_terms(c.text) for c in chunks]
 
 
 _worker_view: sqlite3.Connection | None = None
@@ -139,7 +142,7 @@ _worker_view: sqlite3.Connection | None = None
 
 def _prepare_in_worker(
     root: str, db_path: str, rel: str, old_hash: str | None
-) -> tuple[str, FileState | str, list[tuple] | None]:
+) -> tuple[str, FileState | str, list[tuple] | None, list[str]]:
     """prepare_file on a worker process, with its own read-only view of the cache."""
     global _worker_view
     if _worker_view is None:
@@ -381,7 +384,7 @@ class CodeIndex:
         stats = UpdateStats()
         removals = list(gone)
         total = len(suspects)
-        batch: list[tuple[str, FileState, list[tuple] | None]] = []
+        batch: list[tuple[str, FileState, list[tuple] | None, list[str]]] = []
 
         def flush() -> None:
             if batch or removals:
@@ -389,7 +392,7 @@ class CodeIndex:
                 batch.clear()
                 removals.clear()
 
-        for done, (path, outcome, rows) in enumerate(self._prepared(suspects, previous), 1):
+        for done, (path, outcome, rows, terms) in enumerate(self._prepared(suspects, previous), 1):
             if isinstance(outcome, str):
                 stats.skipped[outcome] = stats.skipped.get(outcome, 0) + 1
                 if path in previous:
@@ -401,7 +404,7 @@ class CodeIndex:
                         stats.chunked_files += 1
                     else:
                         stats.reused_files += 1
-                batch.append((path, outcome, rows))
+                batch.append((path, outcome, rows, terms))
             if len(batch) >= FILES_PER_TRANSACTION:
                 flush()
             if progress is not None and (done % 50 == 0 or done == total):
@@ -432,7 +435,7 @@ class CodeIndex:
 
     def _write_batch(
         self,
-        batch: list[tuple[str, FileState, list[tuple] | None]],
+        batch: list[tuple[str, FileState, list[tuple] | None, list[str]]],
         removals: list[str],
         stats: UpdateStats,
     ) -> None:
@@ -447,7 +450,7 @@ class CodeIndex:
                     removed_ids += self._remove_path(conn, path)
                     conn.execute("DELETE FROM files WHERE path=?", (path,))
                     stats.removed_files += 1
-                for path, state, rows in batch:
+                for path, state, rows, terms in batch:
                     conn.execute(
                         "INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
                         (path, state.size, state.mtime_ns, state.hash),
@@ -464,21 +467,32 @@ class CodeIndex:
                         "ORDER BY seq",
                         (state.hash,),
                     ).fetchall()
-                    lexical_rows = []
-                    for seq, symbol, text, embed_key in seqs:
-                        chunk_id = conn.execute(
-                            "INSERT INTO chunks(path, hash, seq) VALUES (?, ?, ?)",
-                            (path, state.hash, seq),
-                        ).lastrowid
-                        lexical_rows.append((chunk_id, path, symbol, text))
-                        if model:
+                    # Ids are ours to assign: this process holds the writer lock.
+                    first = conn.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM chunks").fetchone()[
+                        0
+                    ]
+                    ids = range(first, first + len(seqs))
+                    conn.executemany(
+                        "INSERT INTO chunks(id, path, hash, seq) VALUES (?, ?, ?, ?)",
+                        [
+                            (i, path, state.hash, seq)
+                            for i, (seq, *_) in zip(ids, seqs, strict=True)
+                        ],
+                    )
+                    lexical_rows = [
+                        (i, path, symbol, text)
+                        for i, (_, symbol, text, _) in zip(ids, seqs, strict=True)
+                    ]
+                    if model:
+                        for chunk_id, (*_, embed_key) in zip(ids, seqs, strict=True):
                             cached = conn.execute(
                                 "SELECT vector FROM embeddings WHERE key=? AND model=?",
                                 (embed_key, model),
                             ).fetchone()
                             if cached is not None:
                                 added_vectors.append((chunk_id, cached[0]))
-                    self.lexical.add(lexical_rows)
+                    # Fresh rows come with their terms; cached ones are tokenized here.
+                    self.lexical.add(lexical_rows, terms if rows else None)
                 if model and (removed_ids or added_vectors):
                     self._bump_epoch(conn)
             if self._vectors is not None:

@@ -213,19 +213,27 @@ class LexicalIndex:
 
     # -- writing --------------------------------------------------------------------
 
-    def add(self, rows: Iterable[tuple[int, str, str, str]]) -> None:
+    def add(
+        self,
+        rows: Iterable[tuple[int, str, str, str]],
+        body_terms: Iterable[str | None] | None = None,
+    ) -> None:
         """Index chunks: (chunk_id, path, symbol, text). A chunk_id already indexed is
-        replaced. Paths are workspace-relative with ``/``."""
+        replaced. Paths are workspace-relative with ``/``. `body_terms`, when given,
+        holds `index_terms(text)` for each row (None: compute it here), so that the
+        tokenizing can be done ahead, on other processes."""
         docs = []
         fts = []
+        given = iter(body_terms) if body_terms is not None else None
         for chunk_id, path, symbol, text in rows:
             chunk_id = int(chunk_id)
             symbol_terms = index_terms(symbol or "")
             path_terms = index_terms(path)
-            body_terms = index_terms(text or "")
-            blob = zlib.compress(_SEP.join((symbol_terms, path_terms, body_terms)).encode(), 1)
+            ready = next(given) if given is not None else None
+            body_terms_ = ready if ready is not None else index_terms(text or "")
+            blob = zlib.compress(_SEP.join((symbol_terms, path_terms, body_terms_)).encode(), 1)
             docs.append((chunk_id, path, blob))
-            fts.append((chunk_id, symbol_terms, path_terms, body_terms))
+            fts.append((chunk_id, symbol_terms, path_terms, body_terms_))
         if not docs:
             return
         # Replacing: drop the old rows first (and a chunk_id repeated within the batch
