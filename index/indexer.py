@@ -60,6 +60,8 @@ SCHEMA_VERSION = 1
 # The lexical index's layout (its tokenizer) is part of what the database holds.
 _SCHEMA_TAG = f"{SCHEMA_VERSION}.{LAYOUT_VERSION}"
 FILES_PER_TRANSACTION = 100
+DAMAGED_MARK = "damaged"  # a file: the database failed in use; rebuild on next open
+SKIPPED = "skipped:"  # in place of a content hash: the file is known and not indexed
 PARALLEL_ABOVE_FILES = 200  # updates this big chunk on worker processes
 MAX_WORKERS = 4
 EMBED_BATCH = 128
@@ -206,20 +208,27 @@ class CodeIndex:
     # ------------------------------------------------------------ database
     def _open_database(self) -> sqlite3.Connection:
         path = self.dir / "index.db"
+        damaged = self.dir / DAMAGED_MARK
         try:
+            if damaged.exists():
+                raise CodeIndexError(damaged.read_text().strip() or "the index was found damaged")
             return self._connect(path)
         except (sqlite3.DatabaseError, CodeIndexError) as exc:
             # Corrupt, foreign or from another schema: start afresh (it is a cache).
             self._discard(reason=str(exc))
+            damaged.unlink(missing_ok=True)
             return self._connect(path)
+
+    def mark_damaged(self, error: Exception) -> None:
+        """Called when the database fails in use: the next open rebuilds it."""
+        with contextlib.suppress(OSError):
+            (self.dir / DAMAGED_MARK).write_text(f"the index database failed: {error}")
 
     def _connect(self, path: Path) -> sqlite3.Connection:
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
-            if conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
-                raise CodeIndexError("the index database failed its integrity check")
             tables = {
                 row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")
             }
@@ -227,8 +236,15 @@ class CodeIndex:
                 row = conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
                 if row is None or row[0] != _SCHEMA_TAG:
                     raise CodeIndexError("the index was written by another version of tachy")
+                # The full check reads the whole file (about a second per 100 MB), so it
+                # runs only when the last user did not close the index cleanly.
+                clean = conn.execute("SELECT value FROM meta WHERE key='clean'").fetchone()
+                unclean = clean is None or clean[0] != "1"
+                if unclean and conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
+                    raise CodeIndexError("the index database failed its integrity check")
             else:
                 self._create_schema(conn)
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('clean', '0')")
         except BaseException:
             conn.close()
             raise
@@ -395,8 +411,15 @@ class CodeIndex:
         for done, (path, outcome, rows, terms) in enumerate(self._prepared(suspects, previous), 1):
             if isinstance(outcome, str):
                 stats.skipped[outcome] = stats.skipped.get(outcome, 0) + 1
-                if path in previous:
-                    removals.append(path)
+                old = previous.get(path)
+                if old is not None and not old.hash.startswith(SKIPPED):
+                    removals.append(path)  # it had chunks
+                # Remember the verdict with the file's stat, so that an unchanged
+                # binary or generated file is not read again next time.
+                with contextlib.suppress(OSError):  # unless it vanished
+                    info = os.lstat(self.root / path)
+                    state = FileState(info.st_size, info.st_mtime_ns, SKIPPED + outcome)
+                    batch.append((path, state, None, []))
             else:
                 if rows is not None:
                     stats.changed_files += 1
@@ -516,7 +539,7 @@ class CodeIndex:
         conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key='vector_epoch'")
 
     def _counts(self) -> tuple[int, int]:
-        files = self._read("SELECT COUNT(*) FROM files")[0][0]
+        files = self._read("SELECT COUNT(*) FROM files WHERE hash NOT LIKE 'skipped:%'")[0][0]
         chunks = self._read("SELECT COUNT(*) FROM chunks")[0][0]
         return files, chunks
 
@@ -785,6 +808,8 @@ class CodeIndex:
         with contextlib.suppress(Exception):
             self.save_vectors()
         with self._lock:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.execute("INSERT OR REPLACE INTO meta VALUES ('clean', '1')")
             self._conn.close()
         with self._read_lock:
             self._reader.close()

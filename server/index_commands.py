@@ -7,6 +7,7 @@ JSON document on stdout. Exit codes: 0 ok, 1 the index failed (e.g. busy), 2 bad
 from __future__ import annotations
 
 import argparse
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -98,8 +99,18 @@ def _open(
     return CodeIndex(path, cache_dir=cache_dir, dense=dense, lock_timeout_s=lock_timeout_s)
 
 
+def _damaged(index: CodeIndex, error: Exception) -> int:
+    index.mark_damaged(error)
+    print(
+        f"tachy: the index in {index.dir} is damaged ({error}); it will be rebuilt the next "
+        "time it is opened: run the command again",
+        file=sys.stderr,
+    )
+    return 1
+
+
 def run_index(args: argparse.Namespace) -> int:
-    from index.indexer import CodeIndexError, IndexBusyError
+    from index.indexer import CodeIndexError
 
     try:
         index = _open(args.path, args.cache_dir, dense=not args.no_dense)
@@ -118,12 +129,11 @@ def run_index(args: argparse.Namespace) -> int:
                 embedded = index.embed_pending(progress=bar)
                 embed_s = time.perf_counter() - started
             status = index.status()
-    except IndexBusyError as exc:
-        print(f"tachy: {exc}", file=sys.stderr)
-        return 1
     except CodeIndexError as exc:
         print(f"tachy: {exc}", file=sys.stderr)
         return 1
+    except sqlite3.DatabaseError as exc:
+        return _damaged(index, exc)
     report = {
         **msgspec.structs.asdict(_stats_struct(stats)),
         "embedded_now": embedded,
@@ -208,6 +218,8 @@ def run_search(args: argparse.Namespace) -> int:
     except CodeIndexError as exc:
         print(f"tachy: {exc}", file=sys.stderr)
         return 1
+    except sqlite3.DatabaseError as exc:
+        return _damaged(index, exc)
     if args.queries is not None:
         print(msgspec.json.encode(results).decode())
     elif args.json:

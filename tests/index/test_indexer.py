@@ -337,7 +337,7 @@ def test_concurrent_writers_take_turns(workspace):
         t.start()
     for t in threads:
         t.join()
-    assert not errors
+    assert not errors, errors
     with CodeIndex(workspace, dense=False) as index:
         assert index.status().files == 204
         assert index.search("generated_150", mode="lexical")[0].path == "gen_150.py"
@@ -414,3 +414,40 @@ def test_unreadable_files_are_skipped(workspace, monkeypatch):
         stats = index.update()
         assert stats.skipped == {"unreadable: Permission denied": 1}
         assert stats.files == 3
+
+
+def test_damage_found_in_use_is_rebuilt_on_next_open(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        index.mark_damaged(sqlite3.DatabaseError("database disk image is malformed"))
+    with open_index(workspace) as index:
+        assert "malformed" in index.rebuilt_because
+        assert index.update().files == 4
+
+
+def test_unclean_shutdown_runs_the_integrity_check(workspace, monkeypatch):
+    index = open_index(workspace)
+    index.update()
+    index._conn.close()  # as if the process died: 'clean' stays 0
+    checks = []
+    real_connect = sqlite3.connect
+
+    class Spy:
+        def __init__(self, conn):
+            self.conn = conn
+
+        def execute(self, sql, *args):
+            if "quick_check" in sql:
+                checks.append(sql)
+            return self.conn.execute(sql, *args)
+
+        def __getattr__(self, name):
+            return getattr(self.conn, name)
+
+    monkeypatch.setattr("index.indexer.sqlite3.connect", lambda *a, **k: Spy(real_connect(*a, **k)))
+    with open_index(workspace):
+        pass
+    assert len(checks) == 1
+    with open_index(workspace):
+        pass
+    assert len(checks) == 1  # closed cleanly the last time: no full check
