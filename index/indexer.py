@@ -64,6 +64,7 @@ DAMAGED_MARK = "damaged"  # a file: the database failed in use; rebuild on next 
 SKIPPED = "skipped:"  # in place of a content hash: the file is known and not indexed
 PARALLEL_ABOVE_FILES = 200  # updates this big chunk on worker processes
 MAX_WORKERS = 4
+GC_MIN_ORPHANS = 100  # cached contents no file has are kept up to this many at least
 EMBED_BATCH = 128
 CANDIDATES = 50  # taken from each retriever before fusion
 SNIPPET_LINES = 12
@@ -337,6 +338,8 @@ class CodeIndex:
             stats.root_hash = merkle_root({**diff.unchanged, **self._file_states(diff.suspects)})
             with self._transaction():
                 self._set_meta("root_hash", stats.root_hash)
+            if stats.changed_files or stats.removed_files:
+                self._collect_garbage()
         stats.files, stats.chunks = self._counts()
         stats.seconds = time.perf_counter() - started
         return stats
@@ -363,6 +366,23 @@ class CodeIndex:
         stats.files, stats.chunks = self._counts()
         stats.seconds = time.perf_counter() - started
         return stats
+
+    def _collect_garbage(self) -> None:
+        """Bound the caches: chunks and embeddings of contents no file has any more are
+        kept (a branch switch back finds them) until they outnumber the live files;
+        then they all go."""
+        with self._lock:
+            orphans = self._conn.execute(
+                "SELECT COUNT(DISTINCT hash) FROM blobs WHERE hash NOT IN (SELECT hash FROM files)"
+            ).fetchone()[0]
+            live = self._conn.execute("SELECT COUNT(*) FROM files").fetchone()[0]
+            if orphans <= max(live, GC_MIN_ORPHANS):
+                return
+            with self._transaction() as conn:
+                conn.execute("DELETE FROM blobs WHERE hash NOT IN (SELECT hash FROM files)")
+                conn.execute(
+                    "DELETE FROM embeddings WHERE key NOT IN (SELECT embed_key FROM blobs)"
+                )
 
     def prioritise(self, paths: Iterable[str]) -> None:
         """Embed these files' chunks before the rest (open editors, recent changes)."""

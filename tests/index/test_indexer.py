@@ -451,3 +451,17 @@ def test_unclean_shutdown_runs_the_integrity_check(workspace, monkeypatch):
     with open_index(workspace):
         pass
     assert len(checks) == 1  # closed cleanly the last time: no full check
+
+
+def test_caches_of_vanished_contents_are_bounded(workspace, monkeypatch):
+    monkeypatch.setattr("index.indexer.GC_MIN_ORPHANS", 0)
+    with open_index(workspace) as index:
+        index.update()
+        index.embed_pending()
+        calc = workspace / "src" / "calc.py"
+        for version in range(8):  # eight saves: eight contents no file has any more
+            calc.write_text(CALC + f"\n\ndef version_{version}():\n    return {version}\n")
+            index.update()
+        blobs = index._read("SELECT COUNT(DISTINCT hash) FROM blobs")[0][0]
+        assert blobs <= 2 * index.status().files + 1
+        assert index.search("version_7", mode="lexical")[0].symbol == "version_7"
