@@ -56,7 +56,7 @@ from index.search import (
 )
 from index.tokenize import index_terms
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 # The lexical index's layout (its tokenizer) is part of what the database holds.
 _SCHEMA_TAG = f"{SCHEMA_VERSION}.{LAYOUT_VERSION}"
 FILES_PER_TRANSACTION = 100
@@ -267,6 +267,7 @@ class CodeIndex:
                 id INTEGER PRIMARY KEY, path TEXT, hash TEXT, seq INTEGER);
             CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
             CREATE INDEX IF NOT EXISTS chunks_by_blob ON chunks(hash, seq);
+            CREATE TABLE IF NOT EXISTS pending(chunk_id INTEGER PRIMARY KEY);
             CREATE TABLE IF NOT EXISTS embeddings(
                 key TEXT, model TEXT, vector BLOB, PRIMARY KEY(key, model)) WITHOUT ROWID;
             INSERT OR REPLACE INTO meta VALUES ('schema', '{_SCHEMA_TAG}');
@@ -526,14 +527,20 @@ class CodeIndex:
                         (i, path, symbol, text)
                         for i, (_, symbol, text, _) in zip(ids, seqs, strict=True)
                     ]
-                    if model:
-                        for chunk_id, (*_, embed_key) in zip(ids, seqs, strict=True):
-                            cached = conn.execute(
+                    waiting = []
+                    for chunk_id, (*_, embed_key) in zip(ids, seqs, strict=True):
+                        cached = (
+                            model
+                            and conn.execute(
                                 "SELECT vector FROM embeddings WHERE key=? AND model=?",
                                 (embed_key, model),
                             ).fetchone()
-                            if cached is not None:
-                                added_vectors.append((chunk_id, cached[0]))
+                        )
+                        if cached:
+                            added_vectors.append((chunk_id, cached[0]))
+                        else:
+                            waiting.append((chunk_id,))
+                    conn.executemany("INSERT INTO pending VALUES (?)", waiting)
                     # Fresh rows come with their terms; cached ones are tokenized here.
                     self.lexical.add(lexical_rows, terms if rows else None)
                 if model and (removed_ids or added_vectors):
@@ -553,6 +560,7 @@ class CodeIndex:
         if ids:
             self.lexical.remove(ids)
             conn.execute("DELETE FROM chunks WHERE path=?", (path,))
+            conn.executemany("DELETE FROM pending WHERE chunk_id=?", [(i,) for i in ids])
         return ids
 
     def _bump_epoch(self, conn: sqlite3.Connection) -> None:
@@ -590,6 +598,14 @@ class CodeIndex:
                 with self._transaction() as conn:
                     self._set_meta("embed_model", embedder.name)
                     self._bump_epoch(conn)
+                    # What waits for a vector is now: every chunk this model has not seen.
+                    conn.execute("DELETE FROM pending")
+                    conn.execute(
+                        "INSERT INTO pending SELECT c.id FROM chunks c "
+                        "JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq WHERE NOT EXISTS "
+                        "(SELECT 1 FROM embeddings e WHERE e.key = b.embed_key AND e.model = ?)",
+                        (embedder.name,),
+                    )
                 shutil.rmtree(self.dir / "vectors", ignore_errors=True)
             epoch = self._meta("vector_epoch", "0")
             store = None
@@ -620,24 +636,17 @@ class CodeIndex:
     def pending_count(self) -> int:
         if not self.dense:
             return 0
-        return self._read(
-            "SELECT COUNT(*) FROM chunks c JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq "
-            "WHERE NOT EXISTS "
-            "(SELECT 1 FROM embeddings e WHERE e.key = b.embed_key AND e.model = ?)",
-            (self.embedder.name,),
-        )[0][0]
+        return self._read("SELECT COUNT(*) FROM pending")[0][0]
 
     def embed_pending(self, *, limit: int | None = None, progress: Progress | None = None) -> int:
         """Embed chunks that have no vector yet, open and recently changed files first.
         Returns how many chunks were embedded (cache hits do not count)."""
         store = self._store()
         model = self.embedder.name
+        # The pending list keeps this proportional to what changed, not to the index.
         rows = self._read(
-            "SELECT c.id, c.path, b.embed_key, b.text, b.signature FROM chunks c "
-            "JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq "
-            "WHERE NOT EXISTS "
-            "(SELECT 1 FROM embeddings e WHERE e.key = b.embed_key AND e.model = ?)",
-            (model,),
+            "SELECT c.id, c.path, b.embed_key, b.text, b.signature FROM pending p "
+            "JOIN chunks c ON c.id = p.chunk_id JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq"
         )
         priority = self._priority
         rows.sort(key=lambda r: (-priority.get(r[1], 0.0), r[1], r[0]))
@@ -648,13 +657,18 @@ class CodeIndex:
             if self._stop.is_set():
                 break
             batch = rows[start : start + EMBED_BATCH]
-            # One vector per distinct text: duplicates in the batch share it.
+            # One vector per distinct text: duplicates share it, and texts embedded
+            # before (by an earlier batch) come from the cache.
             texts: dict[str, str] = {}
             for _, _, key, text, signature in batch:
                 texts.setdefault(key, embed_input(signature, text))
-            keys = list(texts)
-            vectors = np.asarray(self.embedder.embed([texts[k] for k in keys]), dtype=np.float32)
-            by_key = dict(zip(keys, vectors, strict=True))
+            by_key = self._cached_vectors(list(texts), model)
+            keys = [k for k in texts if k not in by_key]
+            if keys:
+                vectors = np.asarray(
+                    self.embedder.embed([texts[k] for k in keys]), dtype=np.float32
+                )
+                by_key.update(zip(keys, vectors, strict=True))
             # The store changes under the same lock as the database, so a concurrent
             # save_vectors() never pairs a store with an epoch it does not match.
             with self._writer(), self._lock:
@@ -670,6 +684,9 @@ class CodeIndex:
                             [r[0] for r in batch],
                         )
                     }
+                    conn.executemany(
+                        "DELETE FROM pending WHERE chunk_id=?", [(r[0],) for r in batch]
+                    )
                     self._bump_epoch(conn)
                 kept = [r for r in batch if r[0] in live]  # a file may have changed meanwhile
                 if kept:
@@ -684,6 +701,17 @@ class CodeIndex:
             store.compact()
         self.save_vectors()
         return done
+
+    def _cached_vectors(self, keys: list[str], model: str) -> dict[str, np.ndarray]:
+        found: dict[str, np.ndarray] = {}
+        for start in range(0, len(keys), 500):
+            part = keys[start : start + 500]
+            for key, blob in self._read(
+                f"SELECT key, vector FROM embeddings WHERE model=? AND key IN ({','.join('?' * len(part))})",
+                [model, *part],
+            ):
+                found[key] = np.frombuffer(blob, dtype=np.float32)
+        return found
 
     def save_vectors(self) -> None:
         """Persist the vector store with the epoch it mirrors (atomic per file)."""
@@ -803,22 +831,13 @@ class CodeIndex:
     # -------------------------------------------------------------- status
     def status(self) -> IndexStatus:
         files, chunks = self._counts()
-        if not self.dense or self._embedder is None:
-            embedded = self._embedded_count_any_model()
-        else:
-            embedded = chunks - self.pending_count()
+        embedded = (
+            chunks - self._read("SELECT COUNT(*) FROM pending")[0][0]
+            if self._meta("embed_model")
+            else 0
+        )
         state = "empty" if files == 0 else ("ready" if chunks and embedded >= chunks else "lexical")
         return IndexStatus(state, files, chunks, embedded)
-
-    def _embedded_count_any_model(self) -> int:
-        model = self._read("SELECT value FROM meta WHERE key='embed_model'")
-        if not model:
-            return 0
-        return self._read(
-            "SELECT COUNT(*) FROM chunks c JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq "
-            "JOIN embeddings e ON e.key = b.embed_key AND e.model = ?",
-            (model[0][0],),
-        )[0][0]
 
     def close(self) -> None:
         self._stop.set()

@@ -465,3 +465,20 @@ def test_caches_of_vanished_contents_are_bounded(workspace, monkeypatch):
         blobs = index._read("SELECT COUNT(DISTINCT hash) FROM blobs")[0][0]
         assert blobs <= 2 * index.status().files + 1
         assert index.search("version_7", mode="lexical")[0].symbol == "version_7"
+
+
+def test_only_changed_chunks_wait_for_vectors(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        assert index.pending_count() == index.status().chunks  # nothing embedded yet
+        index.embed_pending()
+        assert index.pending_count() == 0
+        (workspace / "web" / "app.js").write_text(APP_JS + "\nexport const answer = 42;\n")
+        index.update_paths(["web/app.js"])
+        app_chunks = len(index._read("SELECT id FROM chunks WHERE path='web/app.js'"))
+        assert index.pending_count() == app_chunks > 0
+    other = HashingEmbedder()
+    other.name = "test-hashing-other"
+    with open_index(workspace, embedder=other) as index:  # another model: all wait again
+        index.embed_pending(limit=1)
+        assert index.pending_count() == index.status().chunks - 1
