@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -469,10 +470,20 @@ class CodeIndex:
         workers = min(os.cpu_count() or 1, MAX_WORKERS)
         db = str(self.dir / "index.db")
         n = len(suspects)
-        with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
-            yield from pool.map(
-                _prepare_in_worker, [root] * n, [db] * n, suspects, olds, chunksize=16
-            )
+        done = 0
+        try:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+                results = pool.map(
+                    _prepare_in_worker, [root] * n, [db] * n, suspects, olds, chunksize=16
+                )
+                for result in results:
+                    yield result
+                    done += 1
+        except BrokenProcessPool:
+            # Workers cannot start where __main__ cannot be re-imported (a script piped
+            # to `python -`): carry on in this process.
+            for path, old in zip(suspects[done:], olds[done:], strict=True):
+                yield prepare_file(root, path, old, self._blob_cached)
 
     def _blob_cached(self, digest: str) -> bool:
         return bool(self._read("SELECT 1 FROM blobs WHERE hash=? LIMIT 1", (digest,)))
