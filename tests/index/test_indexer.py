@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -483,3 +484,18 @@ def test_only_changed_chunks_wait_for_vectors(workspace):
     with open_index(workspace, embedder=other) as index:  # another model: all wait again
         index.embed_pending(limit=1)
         assert index.pending_count() == index.status().chunks - 1
+
+
+def test_background_embedding_catches_up(workspace):
+    with open_index(workspace) as index:
+        index.update()
+        index.start_background(interval_s=0.05)
+        deadline = time.monotonic() + 30
+        while index.status().state != "ready" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert index.status().state == "ready"
+        (workspace / "src" / "late.py").write_text("def arrived_late():\n    return 1\n")
+        index.update_paths(["src/late.py"])
+        while index.pending_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert index.search("arrived late", mode="dense", limit=3)[0].path == "src/late.py"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.events import Final, ToolCall, ToolResult, decode_event
+from agent.events import Final, ToolCall, ToolResult, decode_event, read_transcript
 from agent.parser import format_call
 from tests.conftest import make_repo
 
@@ -362,3 +362,21 @@ def test_ctrl_c_before_the_run_starts_exits_130(monkeypatch, capsys):
     monkeypatch.setattr(cli, "run_agent", interrupted)
     assert cli.main(["agent", "task"]) == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_codebase_search_uses_the_workspace_index(tmp_path, workspace):
+    (workspace / "src" / "settings.py").write_text(
+        "def load_settings_file(path):\n    with open(path) as handle:\n        return handle.read()\n"
+    )
+    replay = write_replay(
+        tmp_path / "search.jsonl", call("codebase_search", query="load settings file"), "Found it."
+    )
+    transcript = tmp_path / "t.jsonl"
+    proc = tachy(
+        "agent", "--workspace", str(workspace), "--policy", f"replay:{replay}",
+        "--transcript", str(transcript), "find the settings loader",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = next(e for e in read_transcript(transcript) if isinstance(e, ToolResult))
+    assert not result.is_error, result.content
+    assert result.content.startswith("src/settings.py:1-3 load_settings_file\n")
