@@ -62,6 +62,7 @@ from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ALL_TOOLS, Tool, ToolContext, bind_args
 from agent.tools.base import _POOL, run_blocking
 from agent.workspace import Workspace
+from bench import common
 
 CORPUS_PACKAGES = ("json", "email", "asyncio")
 CALLS_PER_TURN = (1, 8, 32)
@@ -464,50 +465,10 @@ async def bench_sandbox(root: Path, scale_root: Path, plan: dict) -> dict[str, A
 
 
 # ------------------------------------------------------------------- driver
-def source_state() -> dict[str, Any]:
-    """The commit measured, and whether the working tree differed from it."""
-    repo = Path(__file__).resolve().parent.parent
-
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", *args], cwd=repo, capture_output=True, text=True, check=True
-            )
-        except (OSError, subprocess.CalledProcessError):
-            return None
-        return out.stdout.strip()
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
-    }
-
-
 def machine_info() -> dict[str, Any]:
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    rg = shutil.which("rg", path=str(Path(sys.executable).parent)) or shutil.which("rg")
-    rg_version = None
-    if rg:
-        out = subprocess.run([rg, "--version"], capture_output=True, text=True, check=False)
-        rg_version = out.stdout.splitlines()[0] if out.stdout else None
     return {
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
-        "cpu_model": model,
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
+        **common.machine_info(),
         "python_implementation": platform.python_implementation(),
-        "ripgrep": rg_version,
-        "user_is_root": os.geteuid() == 0,
         # The tool thread pool (agent.tools.base.run_blocking) the file tools and grep
         # run on.
         "tool_thread_pool_workers": _POOL._max_workers,
@@ -593,7 +554,7 @@ async def run_benchmark(quick: bool) -> dict[str, Any]:
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": "python -m bench.executor" + (" --quick" if quick else "") + " --json",
         "machine": machine_info(),
-        "source": source_state(),
+        "source": common.source_state(),
         "plan": {**plan, "overhead_turns": {str(k): v for k, v in plan["overhead_turns"].items()}},
         "corpus": {
             "packages": list(CORPUS_PACKAGES),

@@ -64,7 +64,6 @@ import hashlib
 import inspect
 import json
 import os
-import platform
 import pstats
 import resource
 import shutil
@@ -80,6 +79,7 @@ from typing import Any
 
 import numpy as np
 
+from bench import common
 from bench.codesearch import EvalSet, build_eval_set, is_relevant, mrr_at_k, recall_at_k
 
 REPO = Path(__file__).resolve().parent.parent
@@ -927,56 +927,17 @@ def store_stats(idx: Any) -> dict[str, Any] | None:
 
 
 # ------------------------------------------------------------------- driver
-def source_state() -> dict[str, Any]:
-    def git(*args: str) -> str | None:
-        try:
-            out = subprocess.run(
-                ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
-            )
-        except (OSError, subprocess.CalledProcessError):
-            return None
-        return out.stdout.strip()
-
-    status = git("status", "--porcelain", "--untracked-files=no")
-    return {
-        "commit": git("rev-parse", "HEAD"),
-        "dirty": bool(status) if status is not None else None,
-    }
-
-
 def machine_info() -> dict[str, Any]:
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
     mem = ""
     with contextlib.suppress(OSError):
         mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
-    rg = rg_binary()
-    rg_version = None
-    if rg:
-        out = subprocess.run([rg, "--version"], capture_output=True, text=True, check=False)
-        rg_version = out.stdout.splitlines()[0] if out.stdout else None
     versions = {}
     for name in ("numpy", "faiss", "torch", "tokenizers", "tree_sitter"):
         with contextlib.suppress(Exception):
             versions[name] = __import__(name).__version__
     import sqlite3
 
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpus_usable": len(os.sched_getaffinity(0)),
-        "cpu_model": model,
-        "memory": mem,
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "sqlite": sqlite3.sqlite_version,
-        "ripgrep": rg_version,
-        **versions,
-    }
+    return {**common.machine_info(), "memory": mem, "sqlite": sqlite3.sqlite_version, **versions}
 
 
 def make_plan(quick: bool) -> dict[str, Any]:
@@ -1380,7 +1341,7 @@ def finish(
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "command": "python -m bench.index" + (" --quick" if quick else "") + " --json",
         "machine": machine_info(),
-        "source": source_state(),
+        "source": common.source_state(),
         "plan": plan,
         **result,
         "loadavg_1m_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],

@@ -1,0 +1,58 @@
+"""What every benchmark records about where and on what it ran."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from agent.lints import find_executable
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def source_state() -> dict[str, Any]:
+    """The commit measured, and whether the working tree differed from it."""
+
+    def git(*args: str) -> str | None:
+        try:
+            out = subprocess.run(
+                ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+            )
+        except (OSError, subprocess.CalledProcessError):
+            return None
+        return out.stdout.strip()
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+    }
+
+
+def machine_info() -> dict[str, Any]:
+    """CPU, OS, Python and the ripgrep the tools use."""
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    rg = find_executable("rg")
+    rg_version = None
+    if rg:
+        out = subprocess.run([rg, "--version"], capture_output=True, text=True, check=False)
+        rg_version = out.stdout.splitlines()[0] if out.stdout else None
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)),
+        "cpu_model": model,
+        "machine": platform.machine(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "ripgrep": rg_version,
+        "user_is_root": os.geteuid() == 0,
+    }
