@@ -9,6 +9,7 @@
 - `scan`      change detection: a Merkle tree of the workspace
 - `indexer`   CodeIndex: ties them together, persisted under .tachy/index/
 - `search`    hybrid search: lexical + dense fused by reciprocal rank
+- `errors`    the index's exceptions (light enough for the agent's tools to import)
 
 `index` imports nothing from `agent` or `server` (DESIGN.md layering), and nothing
 heavy (torch, faiss) at import time: those load when dense indexing starts.
