@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +59,16 @@ def machine_info() -> dict[str, Any]:
         "ripgrep": rg_version,
         "user_is_root": os.geteuid() == 0,
     }
+
+
+def report(
+    result: dict[str, Any],
+    as_json: bool,
+    table: Callable[[dict[str, Any]], str],
+    one_line: Callable[[dict[str, Any]], str],
+) -> None:
+    """The benchmark contract: one JSON document (or a table) on stdout, and the
+    one-line summary on stderr."""
+    print(json.dumps(result, indent=2) if as_json else table(result))
+    sys.stdout.flush()
+    print(one_line(result["summary"]), file=sys.stderr)

@@ -34,7 +34,6 @@ import asyncio
 import datetime as dt
 import gc
 import itertools
-import json
 import os
 import platform
 import resource
@@ -640,12 +639,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="few repeats (a smoke run)")
     options = parser.parse_args(argv)
     result = asyncio.run(run_benchmark(options.quick))
-    if options.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    sys.stdout.flush()
-    print(one_line(result["summary"]), file=sys.stderr)
+    common.report(result, options.json, table, one_line)
     return 0
 
 

@@ -1438,12 +1438,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="tachy-bench-index-") as tmp:
             result = run_benchmark(options.quick, Path(tmp))
-    if options.json:
-        print(json.dumps(result, indent=2))
-    else:
-        print(table(result))
-    sys.stdout.flush()
-    print(one_line(result["summary"]), file=sys.stderr)
+    common.report(result, options.json, table, one_line)
     return 0
 
 

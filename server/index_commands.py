@@ -7,6 +7,7 @@ JSON document on stdout. Exit codes: 0 ok, 1 the index failed (e.g. busy), 2 bad
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sqlite3
 import sys
 import time
@@ -18,7 +19,7 @@ import msgspec
 # The index (numpy, tree-sitter, SQLite) loads only when these commands run, so
 # `tachy agent` and `tachy --help` start fast.
 if TYPE_CHECKING:
-    from index.indexer import CodeIndex, UpdateStats
+    from index.indexer import CodeIndex
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
@@ -135,7 +136,8 @@ def run_index(args: argparse.Namespace) -> int:
     except sqlite3.DatabaseError as exc:
         return _damaged(index, exc)
     report = {
-        **msgspec.structs.asdict(_stats_struct(stats)),
+        **dataclasses.asdict(stats),
+        "seconds": round(stats.seconds, 3),
         "embedded_now": embedded,
         "embed_seconds": round(embed_s, 3),
         "state": status.state,
@@ -158,25 +160,6 @@ def run_index(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     return 0
-
-
-class _Stats(msgspec.Struct):
-    files: int
-    chunks: int
-    changed_files: int
-    removed_files: int
-    reused_files: int
-    chunked_files: int
-    skipped: dict[str, int]
-    seconds: float
-    root_hash: str
-
-
-def _stats_struct(stats: UpdateStats) -> _Stats:
-    return _Stats(
-        stats.files, stats.chunks, stats.changed_files, stats.removed_files, stats.reused_files,
-        stats.chunked_files, stats.skipped, round(stats.seconds, 3), stats.root_hash,
-    )  # fmt: skip
 
 
 def run_search(args: argparse.Namespace) -> int:
