@@ -142,7 +142,11 @@ class LintRunner:
         return sorted(d for d in found if d.path in visible)
 
     def can_lint(self, path: str) -> bool:
-        return any(linter.applies(path) for linter in self.linters) or self.external is not None
+        # A file counts for the editor's diagnostics only when it has some, so that a
+        # run in the editor lints (and reports) the same files as one in training.
+        if any(linter.applies(path) for linter in self.linters):
+            return True
+        return self.external is not None and bool(self.external(path))
 
 
 def format_diagnostics(diagnostics: list[Diagnostic], limit: int = 200) -> str:

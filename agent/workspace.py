@@ -160,6 +160,10 @@ class Workspace:
     def file_size(self, rel: str) -> int:
         return self.abspath(rel).stat().st_size
 
+    def note_shown(self, rel: str, data: bytes) -> None:
+        """Called when a file's whole content was shown to the model (read_file). The
+        language server uses it to refuse edits to documents changed since."""
+
     def write_bytes(self, rel: str, data: bytes) -> None:
         """Write a file (creating parent directories), recording a checkpoint first.
 

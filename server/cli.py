@@ -74,6 +74,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agent.add_argument("--quiet", action="store_true", help="show no progress on stderr")
     index_commands.add_parsers(commands)
+
+    serve = commands.add_parser(
+        "serve",
+        help="run the language server (LSP on stdio) for an editor",
+        description=(
+            "Run the tachy language server. Editors start it and talk LSP on its stdin and "
+            "stdout; --tcp serves one client on HOST:PORT instead. Logs go to stderr."
+        ),
+    )
+    serve.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port instead of stdio")
+    serve.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="how much to log on stderr (default: warning)",
+    )
     return parser
 
 
@@ -221,6 +237,28 @@ async def run_agent(args: argparse.Namespace) -> int:
     return EXIT_CODES[result.stop_reason]
 
 
+def run_serve(args: argparse.Namespace) -> int:
+    import logging
+
+    from server.lsp import serve  # pygls: only for the server
+
+    if args.tcp is not None:
+        _, sep, port = args.tcp.rpartition(":")
+        if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+            print(
+                f"tachy: --tcp wants HOST:PORT, e.g. 127.0.0.1:2087, not {args.tcp!r}",
+                file=sys.stderr,
+            )
+            return 2
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, args.log_level.upper()),
+        format="tachy %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("pygls").setLevel(max(logging.WARNING, logging.root.level))
+    return serve(args.tcp)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "agent":
@@ -234,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         return index_commands.run_index(args)
     if args.command == "search":
         return index_commands.run_search(args)
+    if args.command == "serve":
+        return run_serve(args)
     raise AssertionError(args.command)
 
 

@@ -117,6 +117,7 @@ class ReadFile(Tool):
             raise ToolError(
                 f"{rel} is a binary file ({len(data)} bytes); it cannot be shown as text"
             )
+        ws.note_shown(rel, data)
         if not data:
             return f"{rel} is empty (0 bytes)."
         text, notice = decode(data)
