@@ -17,6 +17,11 @@ epoch of the database it mirrors and rebuilt from `embeddings` when the two diff
 (a crash between them), so it can never return ids that the database disowns; search
 also drops any id it cannot find. A database that fails its integrity check, or has
 another schema version, is deleted and rebuilt.
+
+An editor's unsaved text wins over the disk: `set_overlay` records a document's
+buffer, and updates index those bytes in place of the file's (the same skip rules and
+caches), under a state no stat can match, so the disk version comes back by itself
+once the buffer is dropped.
 """
 
 from __future__ import annotations
@@ -26,24 +31,27 @@ import fcntl
 import hashlib
 import multiprocessing
 import os
+import posixpath
 import shutil
 import sqlite3
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from index.chunker import Chunk, chunk_file, embedding_text
 from index.errors import CodeIndexError, IndexBusyError
 from index.ignore import IgnoreRules, is_secret_name
 from index.lexical import LAYOUT_VERSION, LexicalIndex
-from index.scan import FileState, load_file, merkle_root, stat_diff
+from index.scan import FileState, StatDiff, content_state, load_file, merkle_root, stat_diff
 from index.search import (
     CHUNKS_PER_FILE,
     SYMBOL_BOOST,
@@ -58,6 +66,21 @@ from index.search import (
 from index.tokenize import index_terms
 
 SCHEMA_VERSION = 2
+# Chunks that are (a piece of) a definition, for symbols(). A "module" chunk is one
+# when it has a symbol (a namespace); a file's top-level code has none, nor do "lines"
+# windows.
+_DEFINITION = "kind IN ('function', 'method', 'class', 'module') AND symbol != ''"
+# The length of a qualified symbol's last part: rtrim() strips every character but "."
+# from its right end, which leaves the qualifier.
+_NAME_LENGTH = "length(symbol) - length(rtrim(symbol, replace(symbol, '.', '')))"
+# symbols() reads names from covering indexes, never the blobs (their text makes a
+# scan of the table several times slower): by symbol (a definition's chunks) and by
+# name length, shortest first (so a query that most names match can stop early).
+_SYMBOL_INDEXES = (
+    "CREATE INDEX IF NOT EXISTS blobs_by_symbol ON blobs(kind, symbol, start_line)",
+    "CREATE INDEX IF NOT EXISTS blobs_by_name_length "
+    f"ON blobs(({_NAME_LENGTH}), kind, symbol, start_line) WHERE {_DEFINITION}",
+)
 # The lexical index's layout (its tokenizer) is part of what the database holds.
 _SCHEMA_TAG = f"{SCHEMA_VERSION}.{LAYOUT_VERSION}"
 FILES_PER_TRANSACTION = 100
@@ -70,8 +93,17 @@ EMBED_BATCH = 128
 CANDIDATES = 50  # taken from each retriever before fusion
 SNIPPET_LINES = 12
 MAX_QUERY_CHARS = 100_000
+# In place of an mtime: the state was indexed from an editor's unsaved text. No file
+# has it, so every stat scan reads the file again (and finds the disk version once the
+# buffer is dropped).
+UNSAVED_MTIME_NS = -1
+MAX_SYMBOL_QUERY_CHARS = 200
+# A symbol query matching more chunks than this is read one match tier at a time.
+SYMBOL_SCAN_ROWS = 2000
 
 Progress = Callable[[str, int, int], None]  # (phase, done, total)
+# (path, state or why it is skipped, cache rows or None, lexical terms): see prepare_content
+Prepared = tuple[str, FileState | str, list[tuple] | None, list[str]]
 
 
 @dataclass
@@ -95,6 +127,17 @@ class IndexStatus:
     embedded: int
 
 
+class SymbolHit(msgspec.Struct, frozen=True):
+    """A definition, as LSP workspace/symbol reports it."""
+
+    path: str
+    name: str  # the last part of the qualified symbol
+    container: str  # the qualified name it lies in, "" at the top level
+    kind: str  # the chunk kind: function | method | class | module (a namespace)
+    start_line: int  # 1-based, inclusive
+    end_line: int
+
+
 def embed_input(signature: str, text: str) -> str:
     """The text the dense model sees for a chunk: its enclosing headers and its code,
     not its path, so a renamed file keeps its vectors."""
@@ -103,18 +146,37 @@ def embed_input(signature: str, text: str) -> str:
 
 def prepare_file(
     root: str, rel: str, old_hash: str | None, is_cached: Callable[[str], bool]
-) -> tuple[str, FileState | str, list[tuple] | None, list[str]]:
-    """Load, hash and, when its content is new to the chunk cache, chunk one file.
+) -> Prepared:
+    """prepare_content for a file on disk, its stat recorded with its hash."""
+    loaded = load_file(Path(root), rel)
+    if isinstance(loaded, str):
+        return rel, loaded, None, []
+    info, data = loaded
+    return prepare_content(
+        rel, data, old_hash, is_cached, size=info.st_size, mtime_ns=info.st_mtime_ns
+    )
+
+
+def prepare_content(
+    rel: str,
+    data: bytes,
+    old_hash: str | None,
+    is_cached: Callable[[str], bool],
+    *,
+    size: int | None = None,
+    mtime_ns: int = UNSAVED_MTIME_NS,
+) -> Prepared:
+    """Judge, hash and, when the content is new to the chunk cache, chunk one file's
+    bytes: read from disk, or (by default) an editor's unsaved text.
 
     Returns (path, state or why it is skipped, rows, terms): rows None when the content
     did not change, [] when the cache already holds its chunks, else the new cache rows,
     with the lexical index's terms of each row's text (tokenizing is as costly as
     chunking, so it is done here too, on worker processes in big updates).
     """
-    loaded = load_file(Path(root), rel)
-    if isinstance(loaded, str):
-        return rel, loaded, None, []
-    state, data = loaded
+    state = content_state(rel, data, size=len(data) if size is None else size, mtime_ns=mtime_ns)
+    if isinstance(state, str):
+        return rel, state, None, []
     if state.hash == old_hash:
         return rel, state, None, []
     if is_cached(state.hash):
@@ -144,9 +206,7 @@ def prepare_file(
 _worker_view: sqlite3.Connection | None = None
 
 
-def _prepare_in_worker(
-    root: str, db_path: str, rel: str, old_hash: str | None
-) -> tuple[str, FileState | str, list[tuple] | None, list[str]]:
+def _prepare_in_worker(root: str, db_path: str, rel: str, old_hash: str | None) -> Prepared:
     """prepare_file on a worker process, with its own read-only view of the cache."""
     global _worker_view
     if _worker_view is None:
@@ -164,6 +224,127 @@ def _prepare_in_worker(
 
 def _key(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=16).hexdigest()
+
+
+def _workspace_path(path: str) -> str:
+    """A workspace-relative path as the index keys it: '/'-separated, normalised."""
+    return posixpath.normpath(path.replace("\\", "/").strip("/"))
+
+
+def _with_overlay(diff: StatDiff, overlay: Mapping[str, bytes]) -> StatDiff:
+    """A stat scan's verdict, corrected for unsaved text: such a file is read (from
+    the text) whatever its stat says, and is not gone while it is unsaved."""
+    return StatDiff(
+        {p: s for p, s in diff.unchanged.items() if p not in overlay},
+        [p for p in diff.suspects if p not in overlay] + sorted(overlay),
+        [p for p in diff.gone if p not in overlay],
+    )
+
+
+# Candidates for a symbol query (LIKE patterns over qualified symbols), and their files.
+_SYMBOL_CANDIDATES = (
+    "SELECT c.path, symbol, start_line FROM blobs b {index} CROSS JOIN chunks c "
+    f"ON c.hash = b.hash AND c.seq = b.seq WHERE {_DEFINITION} "
+    "AND (symbol LIKE ? ESCAPE '\\' OR symbol LIKE ? ESCAPE '\\')"
+)
+_SYMBOLS_LIKE = _SYMBOL_CANDIDATES.format(index="") + " LIMIT ?"
+_SYMBOLS_SHORTEST_FIRST = (
+    _SYMBOL_CANDIDATES.format(index="INDEXED BY blobs_by_name_length") + f" ORDER BY {_NAME_LENGTH}"
+)
+# Files in path order (the chunks_by_path index), so reading can stop early.
+_SYMBOLS_BY_PATH = (
+    "SELECT c.path, symbol, start_line FROM chunks c CROSS JOIN blobs b "
+    f"ON b.hash = c.hash AND b.seq = c.seq WHERE {_DEFINITION} ORDER BY c.path"
+)
+# One definition's chunks and those of the definitions named inside it: the symbols
+# from "Name" up to "Name/" ("/" follows "."), a range of blobs_by_symbol.
+_SYMBOL_CHUNKS = (
+    "SELECT symbol, kind, start_line, end_line, signature FROM blobs b "
+    "CROSS JOIN chunks c ON c.hash = b.hash AND c.seq = b.seq "
+    f"WHERE {_DEFINITION} AND symbol >= ? AND symbol < ? AND c.path = ?"
+)
+
+
+def _like(text: str) -> str:
+    """`text` for a LIKE pattern. LIKE ignores case for ASCII only, so any other
+    character that has a case matches any one character: the pattern only narrows,
+    _match_tier decides."""
+    return "".join(
+        "\\" + ch if ch in "\\%_" else "_" if not ch.isascii() and ch.lower() != ch.upper() else ch
+        for ch in text
+    )
+
+
+def _symbol_stages(needle: str) -> list[tuple[int, tuple[str, ...]]]:
+    """(the match tier a stage finds every match of, with the tiers before it; its two
+    LIKE patterns over qualified symbols): prefixes of the name (exact names among
+    them), substrings, subsequences (for one character, the same as substrings)."""
+    like = _like(needle)
+    stages = [(1, (like + "%", "%." + like + "%")), (2, ("%" + like + "%",) * 2)]
+    if len(needle) > 1:
+        stages.append((3, ("%" + "%".join(_like(ch) for ch in needle) + "%",) * 2))
+    return stages
+
+
+def _match_tier(needle: str, target: str) -> int | None:
+    """0 exact, 1 prefix, 2 substring, 3 subsequence, None no match (`needle` is
+    lower case; `target` is compared ignoring case)."""
+    target = target.lower()
+    if target == needle:
+        return 0
+    if target.startswith(needle):
+        return 1
+    if needle in target:
+        return 2
+    rest = iter(target)
+    return 3 if all(ch in rest for ch in needle) else None
+
+
+class _SymbolRanking:
+    """The candidates of one symbol query, each (path, symbol) under its best key:
+    (match tier, name length, name not in the query's case, path, line)."""
+
+    def __init__(self, query: str) -> None:
+        self.query = query
+        self.needle = query.lower()
+        self.qualified = "." in query  # then the whole symbol is matched
+        self.keys: dict[tuple[str, str], tuple] = {}
+
+    def add(self, path: str, symbol: str, start: int) -> None:
+        target = symbol if self.qualified else symbol.rpartition(".")[2]
+        tier = _match_tier(self.needle, target)
+        if tier is not None:
+            key = (tier, len(target), self.query not in target, path, start, symbol)
+            self.keys[path, symbol] = min(key, self.keys.get((path, symbol), key))
+
+    def complete(self, tier: int, limit: int, length: float = float("inf")) -> bool:
+        """Whether `limit` pairs rank before any pair not seen yet, when every match
+        better than `tier` is in, and those at `tier` with names up to `length` long
+        (a match found on the way, with a longer name, does not count)."""
+        ahead = sum(k[0] < tier or (k[0] == tier and k[1] <= length) for k in self.keys.values())
+        return ahead >= limit
+
+    def best(self, limit: int) -> list[tuple[str, str]]:
+        return [(path, symbol) for *_, path, _, symbol in sorted(self.keys.values())[:limit]]
+
+
+def _definition(path: str, symbol: str, rows: list[tuple]) -> SymbolHit | None:
+    """One definition from chunks of its file (symbol, kind, start, end, signature):
+    it starts where its first chunk does and ends with the last chunk that is its own
+    or lies inside it (a split class's methods carry its header first in their
+    signature; a Go method named Type.Name does not, and stays outside the type)."""
+    own = [row for row in rows if row[0] == symbol]
+    if not own:
+        return None
+    _, kind, start, _, signature = min(own, key=lambda row: row[2])
+    inner, header = symbol + ".", signature + "\n"
+    end = max(
+        row[3]
+        for row in rows
+        if row[0] == symbol or (row[0].startswith(inner) and row[4].startswith(header))
+    )
+    container, _, name = symbol.rpartition(".")
+    return SymbolHit(path, name, container, kind, start, end)
 
 
 class CodeIndex:
@@ -198,6 +379,10 @@ class CodeIndex:
         self._lock_timeout_s = lock_timeout_s
         self._lock_file = open(self.dir / "lock", "a+")  # noqa: SIM115 - held for our lifetime
         self._priority: dict[str, float] = {}
+        # Editors' unsaved text by path; updates index it in place of the disk's.
+        self._overlay: dict[str, bytes] = {}
+        self._overlay_lock = threading.Lock()
+        self._changed_since_gc = 0
         self._conn = self._open_database()
         self.lexical = LexicalIndex(self._conn)
         # Searches read through their own connection: WAL lets them run while a
@@ -244,6 +429,8 @@ class CodeIndex:
                 unclean = clean is None or clean[0] != "1"
                 if unclean and conn.execute("PRAGMA quick_check").fetchone()[0] != "ok":
                     raise CodeIndexError("the index database failed its integrity check")
+                for statement in _SYMBOL_INDEXES:  # databases made before symbols() lack them
+                    conn.execute(statement)
             else:
                 self._create_schema(conn)
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('clean', '0')")
@@ -268,6 +455,8 @@ class CodeIndex:
                 id INTEGER PRIMARY KEY, path TEXT, hash TEXT, seq INTEGER);
             CREATE INDEX IF NOT EXISTS chunks_by_path ON chunks(path);
             CREATE INDEX IF NOT EXISTS chunks_by_blob ON chunks(hash, seq);
+            {_SYMBOL_INDEXES[0]};
+            {_SYMBOL_INDEXES[1]};
             CREATE TABLE IF NOT EXISTS pending(chunk_id INTEGER PRIMARY KEY);
             CREATE TABLE IF NOT EXISTS embeddings(
                 key TEXT, model TEXT, vector BLOB, PRIMARY KEY(key, model)) WITHOUT ROWID;
@@ -330,13 +519,15 @@ class CodeIndex:
     # -------------------------------------------------------------- update
     def update(self, *, progress: Progress | None = None) -> UpdateStats:
         """Bring the index up to date with the workspace (chunks and lexical index;
-        chunks whose embeddings are cached get their vectors at once)."""
+        chunks whose embeddings are cached get their vectors at once). Files with
+        unsaved text are indexed from it."""
         started = time.perf_counter()
         with self._writer():
             self.rules.invalidate()
+            overlay = self._live_overlay()
             previous = self._file_states()
-            diff = stat_diff(self.root, self.rules, previous)
-            stats = self._apply(diff.suspects, diff.gone, previous, progress)
+            diff = _with_overlay(stat_diff(self.root, self.rules, previous), overlay)
+            stats = self._apply(diff.suspects, diff.gone, previous, progress, overlay)
             stats.root_hash = merkle_root({**diff.unchanged, **self._file_states(diff.suspects)})
             with self._transaction():
                 self._set_meta("root_hash", stats.root_hash)
@@ -347,32 +538,83 @@ class CodeIndex:
         return stats
 
     def update_paths(self, paths: Iterable[str]) -> UpdateStats:
-        """Re-index the given workspace-relative files now (after a save): fastest path
-        to searchable. Their chunks are embedded first by the next embedding pass."""
+        """Re-index the given workspace-relative files now (after a save or an edit):
+        fastest path to searchable. Their chunks are embedded first by the next
+        embedding pass."""
         started = time.perf_counter()
-        wanted = sorted({p.replace("\\", "/").strip("/") for p in paths})
+        wanted = sorted({_workspace_path(p) for p in paths})
         now = time.monotonic()
         for path in wanted:
             self._priority[path] = now
         with self._writer():
+            overlay = self._live_overlay(wanted)
             previous = self._file_states(wanted)
             visible = []
             gone = []
             for path in wanted:
                 target = self.root / path
-                if target.is_file() and self._indexable(path) and self._inside(target):
+                if path in overlay or (
+                    target.is_file() and self._indexable(path) and self._inside(target)
+                ):
                     visible.append(path)
                 elif path in previous:
                     gone.append(path)
-            stats = self._apply(visible, gone, previous, None)
+            stats = self._apply(visible, gone, previous, None, overlay)
+            # Every edit of an open file leaves its previous content in the caches.
+            self._changed_since_gc += stats.changed_files + stats.removed_files
+            if self._changed_since_gc >= GC_MIN_ORPHANS:
+                self._collect_garbage()
         stats.files, stats.chunks = self._counts()
         stats.seconds = time.perf_counter() - started
         return stats
+
+    def set_overlay(self, path: str, data: bytes | None) -> None:
+        """Record an editor's unsaved text for a workspace-relative file (None: the
+        buffer was closed or saved, the disk holds the truth again). Only recorded:
+        the next update or update_paths indexes it."""
+        if data is not None and not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"unsaved text must be bytes, not {type(data).__name__}")
+        path = _workspace_path(path)
+        with self._overlay_lock:
+            if data is None:
+                self._overlay.pop(path, None)
+            else:
+                self._overlay[path] = bytes(data)
+
+    def update_texts(self, texts: Mapping[str, bytes | None]) -> UpdateStats:
+        """set_overlay for each path, then index those paths now: what an editor's
+        changes (and closes) call."""
+        for path, data in texts.items():
+            self.set_overlay(path, data)
+        return self.update_paths(texts)
+
+    def _live_overlay(self, paths: Iterable[str] | None = None) -> dict[str, bytes]:
+        """The unsaved texts (of `paths`, or all) that are indexed in place of the disk."""
+        with self._overlay_lock:
+            texts = dict(self._overlay)
+        if paths is not None:
+            texts = {p: texts[p] for p in paths if p in texts}
+        return {path: data for path, data in texts.items() if self._overlay_applies(path)}
+
+    def _overlay_applies(self, path: str) -> bool:
+        """Unsaved text is indexed where a file would be: visible to the ignore rules
+        (never a secret), inside the root, and not in place of anything but a regular
+        file (a symlink or a directory keeps the disk's verdict)."""
+        target = self.root / path
+        if not (self._indexable(path) and self._inside(target)):
+            return False
+        try:
+            return stat.S_ISREG(os.lstat(target).st_mode)
+        except FileNotFoundError:
+            return True  # a new file, not saved yet
+        except OSError:
+            return False
 
     def _collect_garbage(self) -> None:
         """Bound the caches: chunks and embeddings of contents no file has any more are
         kept (a branch switch back finds them) until they outnumber the live files;
         then they all go."""
+        self._changed_since_gc = 0
         with self._lock:
             orphans = self._conn.execute(
                 "SELECT COUNT(DISTINCT hash) FROM blobs WHERE hash NOT IN (SELECT hash FROM files)"
@@ -418,6 +660,7 @@ class CodeIndex:
         gone: Sequence[str],
         previous: dict[str, FileState],
         progress: Progress | None,
+        overlay: Mapping[str, bytes],
     ) -> UpdateStats:
         stats = UpdateStats()
         removals = list(gone)
@@ -430,17 +673,15 @@ class CodeIndex:
                 batch.clear()
                 removals.clear()
 
-        for done, (path, outcome, rows, terms) in enumerate(self._prepared(suspects, previous), 1):
+        prepared = self._prepared(suspects, previous, overlay)
+        for done, (path, outcome, rows, terms) in enumerate(prepared, 1):
             if isinstance(outcome, str):
                 stats.skipped[outcome] = stats.skipped.get(outcome, 0) + 1
                 old = previous.get(path)
                 if old is not None and not old.hash.startswith(SKIPPED):
                     removals.append(path)  # it had chunks
-                # Remember the verdict with the file's stat, so that an unchanged
-                # binary or generated file is not read again next time.
-                with contextlib.suppress(OSError):  # unless it vanished
-                    info = os.lstat(self.root / path)
-                    state = FileState(info.st_size, info.st_mtime_ns, SKIPPED + outcome)
+                state = self._skipped_state(path, outcome, overlay)
+                if state is not None:
                     batch.append((path, state, None, []))
             else:
                 if rows is not None:
@@ -457,9 +698,34 @@ class CodeIndex:
         flush()
         return stats
 
-    def _prepared(self, suspects: Sequence[str], previous: dict[str, FileState]):
-        """prepare_file for each suspect, in order: on worker processes for big updates
-        (chunking is CPU-bound Python), in this process for a few files."""
+    def _skipped_state(
+        self, path: str, reason: str, overlay: Mapping[str, bytes]
+    ) -> FileState | None:
+        """What remembers a verdict: the file's stat, so that an unchanged binary or
+        generated file is not read again next time; for unsaved text the unsaved mark,
+        so that the disk is read again once it is dropped. None: the file vanished."""
+        if path in overlay:
+            return FileState(len(overlay[path]), UNSAVED_MTIME_NS, SKIPPED + reason)
+        try:
+            info = os.lstat(self.root / path)
+        except OSError:
+            return None
+        return FileState(info.st_size, info.st_mtime_ns, SKIPPED + reason)
+
+    def _prepared(
+        self,
+        suspects: Sequence[str],
+        previous: dict[str, FileState],
+        overlay: Mapping[str, bytes],
+    ) -> Iterator[Prepared]:
+        """prepare_content for the suspects with unsaved text (here: the workers read
+        the disk), then prepare_file for the others: on worker processes for big
+        updates (chunking is CPU-bound Python), in this process for a few files."""
+        for path in suspects:
+            if path in overlay:
+                old = previous[path].hash if path in previous else None
+                yield prepare_content(path, overlay[path], old, self._blob_cached)
+        suspects = [p for p in suspects if p not in overlay]
         root = str(self.root)
         olds = [previous[p].hash if p in previous else None for p in suspects]
         if len(suspects) < PARALLEL_ABOVE_FILES or (os.cpu_count() or 1) < 2:
@@ -838,6 +1104,88 @@ class CodeIndex:
         if len(lines) > SNIPPET_LINES:
             snippet += f"\n[... {len(lines) - SNIPPET_LINES} more lines]"
         return SearchHit(path, start, end, symbol, round(score, 6), snippet)
+
+    # ------------------------------------------------------------- symbols
+    def symbols(self, query: str, *, limit: int = 100) -> list[SymbolHit]:
+        """Definitions whose name matches `query` the way editors' symbol pickers do:
+        case-insensitive, as a subsequence ("prsCfg" finds parse_config), an exact
+        name first, then prefixes, substrings, subsequences; ties to the shorter name,
+        then to the query's case, then by path and line. A query with a dot matches
+        qualified names ("Vector.len"). An empty query lists the first definitions by
+        path and line. Whitespace in the query is ignored."""
+        wanted = "".join(query.split())[:MAX_SYMBOL_QUERY_CHARS]
+        if limit <= 0:
+            return []
+        chosen = self._symbol_matches(wanted, limit) if wanted else self._first_symbols(limit)
+        return self._symbol_hits(chosen)
+
+    def _symbol_matches(self, query: str, limit: int) -> list[tuple[str, str]]:
+        """The best `limit` (path, symbol) pairs. A query that few names match is one
+        scan; a broad one (a letter) is read one match tier at a time, shortest names
+        first, and stops once no later name can make the cut."""
+        ranking = _SymbolRanking(query)
+        stages = _symbol_stages(ranking.needle)
+        everything = stages[-1][1]
+        rows = self._read(_SYMBOLS_LIKE, (*everything, SYMBOL_SCAN_ROWS))
+        if len(rows) >= SYMBOL_SCAN_ROWS:
+            if not ranking.qualified:
+                for tier, patterns in stages:
+                    self._rank_shortest_first(ranking, patterns, tier, limit)
+                    if ranking.complete(tier, limit):
+                        break
+                return ranking.best(limit)
+            # A qualified match is ranked by the whole symbol's length: read them all.
+            rows = self._read(_SYMBOLS_LIKE, (*everything, -1))
+        for row in rows:
+            ranking.add(*row)
+        return ranking.best(limit)
+
+    def _rank_shortest_first(
+        self, ranking: _SymbolRanking, patterns: tuple[str, ...], tier: int, limit: int
+    ) -> None:
+        """Rank one stage's candidates, shortest name first, until `limit` pairs match
+        up to `tier` and the names of the length reached are all in."""
+        with self._read_lock:
+            cursor = self._reader.execute(_SYMBOLS_SHORTEST_FIRST, patterns)
+            try:
+                length = 0
+                for path, symbol, start in cursor:
+                    name_length = len(symbol) - symbol.rfind(".") - 1
+                    if name_length > length:
+                        if ranking.complete(tier, limit, length):
+                            return
+                        length = name_length
+                    ranking.add(path, symbol, start)
+            finally:
+                cursor.close()  # ends the read transaction
+
+    def _first_symbols(self, limit: int) -> list[tuple[str, str]]:
+        """The first `limit` (path, symbol) pairs by path and line, reading whole
+        files of definitions in path order until there are enough."""
+        first: dict[tuple[str, str], int] = {}
+        with self._read_lock:
+            cursor = self._reader.execute(_SYMBOLS_BY_PATH)
+            try:
+                last = None
+                for path, symbol, start in cursor:
+                    if path != last and len(first) >= limit:
+                        break
+                    last = path
+                    first[path, symbol] = min(start, first.get((path, symbol), start))
+            finally:
+                cursor.close()  # ends the read transaction
+        return sorted(first, key=lambda key: (key[0], first[key], key[1]))[:limit]
+
+    def _symbol_hits(self, chosen: list[tuple[str, str]]) -> list[SymbolHit]:
+        """The hits for (path, symbol) pairs (one gone since it was chosen is left out)."""
+        hits = []
+        with self._read_lock:
+            for path, symbol in chosen:
+                rows = self._reader.execute(_SYMBOL_CHUNKS, (symbol, symbol + "/", path))
+                hit = _definition(path, symbol, rows.fetchall())
+                if hit is not None:
+                    hits.append(hit)
+        return hits
 
     # -------------------------------------------------------------- status
     def status(self) -> IndexStatus:

@@ -145,10 +145,11 @@ def stat_diff(
     return StatDiff(unchanged, suspects, sorted(set(previous) - seen))
 
 
-def load_file(root: Path, rel: str) -> tuple[FileState, bytes] | str:
-    """A file's state and bytes, or why it is not indexed (unreadable, vanished, binary,
-    generated, oversized). The size is checked before reading, so a 2 GB log costs a
-    stat, and the file is read once for both hashing and chunking."""
+def load_file(root: Path, rel: str) -> tuple[os.stat_result, bytes] | str:
+    """A file's stat and bytes, or why they cannot be had (unreadable, vanished, not a
+    regular file, oversized). The size is checked before reading, so a 2 GB log costs a
+    stat, and the file is read once for both hashing and chunking; `content_state`
+    judges what was read."""
     path = root / rel
     try:
         info = os.lstat(path)
@@ -162,7 +163,14 @@ def load_file(root: Path, rel: str) -> tuple[FileState, bytes] | str:
         return "vanished"
     except OSError as exc:
         return f"unreadable: {exc.strerror or exc}"
+    return info, data
+
+
+def content_state(rel: str, data: bytes, *, size: int, mtime_ns: int) -> FileState | str:
+    """The state of a file whose content is `data` (read from disk, or an editor's
+    unsaved text), or why it is not indexed (binary, generated, oversized): one verdict
+    whichever way the bytes came."""
     reason = why_skipped(rel, data[:SNIFF_BYTES], len(data))
     if reason is not None:
         return reason
-    return FileState(info.st_size, info.st_mtime_ns, content_hash(data)), data
+    return FileState(size, mtime_ns, content_hash(data))

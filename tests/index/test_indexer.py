@@ -499,3 +499,289 @@ def test_background_embedding_catches_up(workspace):
         while index.pending_count() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert index.search("arrived late", mode="dense", limit=3)[0].path == "src/late.py"
+
+
+# ---------------------------------------------------------------- unsaved editor text
+
+
+def found(index: CodeIndex, query: str) -> set[tuple[str, str]]:
+    """(path, symbol) of the chunks a lexical search finds."""
+    return {(h.path, h.symbol) for h in index.search(query, mode="lexical", limit=50)}
+
+
+def test_unsaved_text_wins_over_disk_in_search(workspace):
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        edited = CALC.replace("parse_config_file", "read_settings_file").encode()
+        stats = index.update_texts({"src/calc.py": edited})
+        assert stats.changed_files == 1
+        top = index.search("read_settings_file", mode="lexical")[0]
+        assert (top.path, top.symbol) == ("src/calc.py", "read_settings_file")
+        assert "def read_settings_file(path):" in top.snippet
+        assert ("src/calc.py", "parse_config_file") not in found(index, "parse_config_file")
+        # A full scan keeps the unsaved text: the disk version does not come back.
+        index.update()
+        assert ("src/calc.py", "parse_config_file") not in found(index, "parse_config_file")
+        assert ("src/calc.py", "read_settings_file") in found(index, "read_settings_file")
+
+
+def test_dropping_unsaved_text_restores_the_disk_version(workspace):
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        calc = CALC.replace("parse_config_file", "read_settings_file").encode()
+        app = APP_JS.replace("renderWidget", "paintWidget").encode()
+        index.update_texts({"src/calc.py": calc, "web/app.js": app})
+        # Closed without saving: the fast path re-reads the disk.
+        stats = index.update_texts({"src/calc.py": None})
+        assert stats.changed_files == 1 and stats.reused_files == 1  # disk chunks cached
+        assert ("src/calc.py", "parse_config_file") in found(index, "parse_config_file")
+        assert ("src/calc.py", "read_settings_file") not in found(index, "read_settings_file")
+        # Dropped with set_overlay alone: the next full scan finds the disk version.
+        index.set_overlay("web/app.js", None)
+        assert index.update().changed_files == 1
+        assert ("web/app.js", "renderWidget") in found(index, "renderWidget")
+        assert ("web/app.js", "paintWidget") not in found(index, "paintWidget")
+        assert index.update().changed_files == 0  # and then it is settled
+
+
+def test_unchanged_unsaved_text_is_not_rechunked(workspace):
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        index.set_overlay("src/calc.py", (CALC + "\ndef unsaved_helper():\n    pass\n").encode())
+        first = index.update()
+        assert first.changed_files == 1 and first.chunked_files == 1
+        again = index.update()
+        assert again.changed_files == 0 and again.chunked_files == 0
+        assert index.update_paths(["src/calc.py"]).changed_files == 0
+        assert ("src/calc.py", "unsaved_helper") in found(index, "unsaved_helper")
+        # Unsaved text equal to the disk's changes nothing either.
+        index.set_overlay("web/app.js", APP_JS.encode())
+        assert index.update().changed_files == 0
+        index.set_overlay("web/app.js", None)
+        assert index.update().changed_files == 0
+
+
+def test_new_unsaved_file_is_indexed_and_goes_with_its_buffer(workspace):
+    draft = ("src/new/draft.py", "draft_only_function")
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        text = b"def draft_only_function():\n    return 'not saved yet'\n"
+        stats = index.update_texts({"src/new/draft.py": text})
+        assert stats.changed_files == 1 and stats.files == 5
+        assert draft in found(index, "draft_only_function")
+        index.update()  # the file is not on disk, and is not gone while unsaved
+        assert draft in found(index, "draft_only_function")
+        stats = index.update_texts({"src/new/draft.py": None})
+        assert stats.removed_files == 1 and stats.files == 4
+        assert draft not in found(index, "draft_only_function")
+        index.set_overlay("src/new/draft.py", text)
+        index.update()
+        index.set_overlay("src/new/draft.py", None)
+        assert index.update().removed_files == 1
+
+
+def test_ignored_or_secret_unsaved_text_is_never_indexed(workspace):
+    texts = {
+        "build/gen.py": b"def hidden_marker_one():\n    pass\n",  # ignored directory
+        "debug.log": b"hidden_marker_two\n",  # ignored pattern
+        "notes.log": b"hidden_marker_three\n",  # ignored, not on disk
+        ".env": b"hidden_marker_four=1\n",  # a secret
+        "src/.env.local": b"hidden_marker_five=1\n",  # a secret, not on disk
+        ".tachy/index/x.py": b"hidden_marker_six = 1\n",  # always hidden
+        "../outside.py": b"hidden_marker_seven = 1\n",  # outside the workspace
+        "src": b"hidden_marker_eight = 1\n",  # a directory
+    }
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        stats = index.update_texts(texts)
+        assert stats.changed_files == 0 and stats.files == 4
+        index.update()
+        hits = index.search("hidden_marker", mode="lexical", limit=50)
+        assert not [h for h in hits if "hidden_marker" in h.snippet]
+        assert index.status().files == 4
+
+
+def test_binary_unsaved_text_is_skipped(workspace):
+    calc = ("src/calc.py", "parse_config_file")
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        stats = index.update_texts({"src/calc.py": b"def f():\x00\x01\x02 binary\n"})
+        assert stats.skipped == {"binary": 1} and stats.removed_files == 1
+        assert calc not in found(index, "parse_config_file")
+        assert index.update().changed_files == 0  # still binary, still skipped
+        assert calc not in found(index, "parse_config_file")
+        index.update_texts({"src/calc.py": b"x" * (2 * 1024 * 1024)})
+        assert index.update().skipped.get("oversized") == 1
+        index.update_texts({"src/calc.py": None})
+        assert calc in found(index, "parse_config_file")
+
+
+def test_unsaved_text_is_read_here_when_workers_read_the_disk(workspace, monkeypatch):
+    monkeypatch.setattr("index.indexer.PARALLEL_ABOVE_FILES", 2)
+    for i in range(4):
+        (workspace / f"mod_{i}.py").write_text(f"def saved_{i}():\n    return {i}\n")
+    with open_index(workspace, dense=False) as index:
+        index.set_overlay("mod_1.py", b"def unsaved_one():\n    return 1\n")
+        index.update()
+        assert ("mod_1.py", "unsaved_one") in found(index, "unsaved_one")
+        assert ("mod_1.py", "saved_1") not in found(index, "saved_1")
+        assert ("mod_2.py", "saved_2") in found(index, "saved_2")
+
+
+def test_unsaved_text_must_be_bytes(workspace):
+    with open_index(workspace, dense=False) as index, pytest.raises(TypeError, match="bytes"):
+        index.set_overlay("src/calc.py", "text")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------------- symbols
+
+RANKED = """def parse():
+    return 1
+
+
+def do_parse():
+    return 2
+
+
+def prepare_settings():
+    return 3
+
+
+def parse_config():
+    return 4
+
+
+def unrelated():
+    return 5
+"""
+
+METHOD_BODY = "".join(
+    f"        total += {i} * value  # keeps the method long enough to split the class\n"
+    for i in range(20)
+)
+# Too long for one chunk: the class is split into its methods, and they into pieces.
+SETTINGS = (
+    'class Settings:\n    """Holds the settings."""\n\n'
+    f"    def __init__(self, value):\n        total = 0\n{METHOD_BODY}        self.total = total\n\n"
+    f"    def parse_value(self, value):\n        total = 0\n{METHOD_BODY}        return total\n"
+)
+
+
+def test_symbols_rank_exact_prefix_substring_subsequence(workspace):
+    (workspace / "src" / "ranked.py").write_text(RANKED)
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        hits = index.symbols("parse")
+        assert [(h.path, h.name) for h in hits] == [
+            ("src/ranked.py", "parse"),  # exact
+            ("src/ranked.py", "parse_config"),  # prefixes, the shorter first
+            ("src/calc.py", "parse_config_file"),
+            ("src/ranked.py", "do_parse"),  # substring
+            ("src/ranked.py", "prepare_settings"),  # subsequence
+        ]
+        assert [h.name for h in index.symbols("PARSE")][:2] == ["parse", "parse_config"]
+        assert {h.name for h in index.symbols("prsCfg")} == {"parse_config", "parse_config_file"}
+        assert index.symbols("no_such_symbol_anywhere") == []
+        assert index.symbols("   ") == index.symbols("")  # blank is empty
+
+
+def test_symbols_report_a_method_in_a_class(workspace):
+    (workspace / "src" / "settings.py").write_text(SETTINGS)
+    lines = SETTINGS.split("\n")
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        (method,) = index.symbols("parse_value")
+        assert (method.path, method.name, method.container, method.kind) == (
+            "src/settings.py",
+            "parse_value",
+            "Settings",
+            "method",
+        )
+        assert lines[method.start_line - 1] == "    def parse_value(self, value):"
+        assert lines[method.end_line - 1] == "        return total"
+        (cls,) = index.symbols("Settings")
+        assert (cls.name, cls.container, cls.kind, cls.start_line) == ("Settings", "", "class", 1)
+        assert cls.end_line == method.end_line  # the class holds its methods
+        (init,) = index.symbols("__init__")
+        assert init.container == "Settings" and init.end_line < method.start_line
+        assert [h.name for h in index.symbols("Settings.parse")] == ["parse_value"]
+        js = {h.name: h for h in index.symbols("render")}
+        assert js["renderWidget"].kind == "function" and js["renderWidget"].start_line == 1
+
+
+def test_symbols_limit_and_empty_query(workspace):
+    for i in range(30):
+        (workspace / f"mod_{i:02}.py").write_text(
+            f"def helper_{i}():\n    return {i}\n\n\ndef other_{i}():\n    return 0\n"
+        )
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        first = index.symbols("", limit=5)
+        assert [(h.path, h.name) for h in first] == [
+            ("mod_00.py", "helper_0"),
+            ("mod_00.py", "other_0"),
+            ("mod_01.py", "helper_1"),
+            ("mod_01.py", "other_1"),
+            ("mod_02.py", "helper_2"),
+        ]
+        everything = index.symbols("", limit=1000)
+        assert len(everything) == 60 + 5  # calc.py: 3 definitions; app.js: 2
+        assert everything == sorted(everything, key=lambda h: (h.path, h.start_line))
+        assert len(index.symbols("helper", limit=7)) == 7
+        assert len(index.symbols("helper")) == 30
+        assert index.symbols("helper", limit=0) == []
+        assert [h.name for h in index.symbols("helper_1", limit=2)] == ["helper_1", "helper_10"]
+
+
+BROAD = (
+    "def ab():\n    pass\n\n\ndef tab():\n    pass\n\n\ndef stable():\n    pass\n\n\n"
+    "def a_b():\n    pass\n\n\ndef Abc():\n    pass\n\n\n"
+    # Its container starts with "ab" and its name holds "ab": the prefix stage finds it
+    # on the way, and it must not count before the shorter substrings.
+    f"class Abacus:\n    def total_writable(self, value):\n        total = 0\n{METHOD_BODY}"
+    "        return total\n\n"
+    f"    def count(self, value):\n        total = 0\n{METHOD_BODY}        return total\n"
+)
+
+
+def test_broad_symbol_queries_rank_like_narrow_ones(workspace, monkeypatch):
+    (workspace / "src" / "ranked.py").write_text(RANKED)
+    (workspace / "src" / "broad.py").write_text(BROAD)
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        queries = ["ab", "Ab", "a", "t", "ta", "parse", "p_s", "dp", "Abacus.c", "xyz"]
+        narrow = {(q, n): index.symbols(q, limit=n) for q in queries for n in range(1, 12)}
+        monkeypatch.setattr("index.indexer.SYMBOL_SCAN_ROWS", 2)  # every query is broad
+        for (query, limit), hits in narrow.items():
+            assert index.symbols(query, limit=limit) == hits, (query, limit)
+        assert [h.name for h in index.symbols("ab")] == [
+            "ab",  # exact
+            "Abc",  # prefix
+            "tab",  # substrings, the shorter first
+            "stable",
+            "total_writable",
+            "a_b",  # subsequences: after every substring, however short
+            "add_numbers",
+        ]
+        assert [h.name for h in index.symbols("Abacus.c")] == ["count"]
+
+
+def test_symbols_follow_unsaved_text(workspace):
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        index.update_texts({"src/calc.py": CALC.replace("add_numbers", "sum_numbers").encode()})
+        assert [h.name for h in index.symbols("sum_numbers")] == ["sum_numbers"]
+        assert index.symbols("add_numbers") == []
+
+
+def test_symbol_indexes_are_added_to_older_databases(workspace):
+    names = ("blobs_by_symbol", "blobs_by_name_length")
+    with open_index(workspace, dense=False) as index:
+        index.update()
+        with index._lock:
+            for name in names:
+                index._conn.execute(f"DROP INDEX {name}")
+    with open_index(workspace, dense=False) as index:
+        found = index._read("SELECT name FROM sqlite_master WHERE type='index'")
+        assert set(names) <= {name for (name,) in found}
+        assert [h.name for h in index.symbols("add_numbers")] == ["add_numbers"]
