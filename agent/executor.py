@@ -144,7 +144,11 @@ class _Turn:
                     f"internal error in {name}: {type(exc).__name__}: {message}",
                     True,
                 )
-        meta = {"duration_ms": round((time.perf_counter() - started) * 1000, 3)}
+        meta = {
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            # Wall-clock end, so a client can measure how late it heard of the result.
+            "finished_at": time.time(),
+        }
         return Outcome(call_id, name, is_error, render_result(content, is_error), meta)
 
     async def collect(self) -> list[Outcome]:

@@ -20,6 +20,7 @@ import os
 import resource
 import shutil
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -330,6 +331,7 @@ class Sandbox:
         self.jobs: dict[int, Job] = {}
         self._job_ids = itertools.count(1)
         self._hidden = HiddenScanner(workspace)
+        self._scan_lock = threading.Lock()
 
     @property
     def mode(self) -> str:
@@ -340,7 +342,8 @@ class Sandbox:
         """(rel_path, is_dir) of what a command must not see: .tachyignore'd entries and
         secret files. Git-ignored directories are not searched (they stay visible to
         commands, since builds and tests need their venvs and outputs)."""
-        return self._hidden.scan()
+        with self._scan_lock:  # commands are built on threads; the cache is shared
+            return self._hidden.scan()
 
     def _argv(self, command: str) -> list[str]:
         if not self.bwrap:
@@ -392,7 +395,9 @@ class Sandbox:
             max_processes=config.max_processes, memory_bytes=config.memory_bytes
         )
 
-        argv = self._argv(command)
+        # Building argv scans the workspace for hidden paths (cached, but still a walk
+        # of its directories): on a thread, so a language server's loop never waits.
+        argv = await asyncio.to_thread(self._argv, command)
         preexec = None
         if _PRLIMIT:
             # Limits are applied by a tiny shell and prlimit that then exec the command,

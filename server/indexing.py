@@ -58,6 +58,12 @@ class FolderIndex:
     def start(self) -> None:
         self._thread.start()
 
+    def disable(self, reason: str) -> None:
+        """No index for this folder: searches fail at once with `reason` (instead of
+        waiting for an index that never opens)."""
+        self.state, self.error = "disabled", reason
+        self._opened.set()
+
     # ------------------------------------------------- called from the event loop
     def changed(self, rel: str, text: bytes | None) -> None:
         """`rel` changed: `text` is its unsaved content, None to read it from disk."""

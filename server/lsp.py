@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
@@ -21,10 +22,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+from cattrs import transform_error
+from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol.json_rpc import RPCRequest
 
 from agent.tools.base import run_blocking
 from index.errors import CodeIndexError
@@ -39,6 +43,7 @@ from server.sessions import SessionError, Sessions
 log = logging.getLogger(__name__)
 
 REQUEST_FAILED = -32803  # LSP's RequestFailed: a valid request that could not be done
+CLIENT_REPLY_S = 10.0  # how long setup waits for the client to answer a request of ours
 SYMBOL_LIMIT = 200
 SYMBOL_KINDS = {
     "class": types.SymbolKind.Class,
@@ -75,9 +80,57 @@ def decode(params: Any, kind: type[p.Wire]) -> Any:
         raise JsonRpcInvalidParams(str(exc)) from None
 
 
+DROPPED = object()  # a message answered (or reported) while being read; not handled
+
+
 class TachyProtocol(LanguageServerProtocol):
-    """pygls' protocol, stricter about documents the editor never opened: a change to
-    one is reported clearly instead of failing deep inside pygls."""
+    """pygls' protocol, stricter about malformed input: a request whose params do not
+    fit its LSP type is answered with an error naming the bad field (pygls would drop
+    it, and the editor would wait for an answer forever), and a change to a document
+    the editor never opened is reported clearly instead of failing deep inside pygls."""
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as exc:
+            method = data.get("method")
+            if not isinstance(method, str):
+                raise  # a response we cannot read: pygls reports it
+            cause = exc.__cause__
+            if isinstance(cause, ClassValidationError):
+                detail = "; ".join(transform_error(cause)[:5])
+            else:
+                detail = str(cause or exc)
+            if "id" in data:
+                message = f"invalid params for {method}: {detail}"
+                error = types.ResponseError(code=exc.code, message=message)
+                self._send_response(data["id"], error=error)
+            else:
+                log.warning("%s notification ignored: invalid params: %s", method, detail)
+                self._server.show(
+                    f"tachy: ignored a {method} notification with invalid params: {detail}",
+                    types.MessageType.Warning,
+                )
+            return DROPPED
+
+    def handle_message(self, message: Any) -> None:
+        if message is DROPPED:
+            return
+        if not hasattr(message, "jsonrpc"):  # valid JSON, but not a JSON-RPC message
+            log.warning("ignored a message that is not JSON-RPC: %.200r", message)
+            self._server.show(
+                f"tachy: ignored a message that is not JSON-RPC 2.0: {_clip(repr(message), 80)}",
+                types.MessageType.Warning,
+            )
+            return
+        if self._shutdown and isinstance(message, RPCRequest):
+            # LSP: requests after shutdown are errors (pygls would leave them unanswered).
+            error = types.ResponseError(
+                code=types.ErrorCodes.InvalidRequest, message="the server is shutting down"
+            )
+            self._send_response(message.id, error=error)
+            return
+        super().handle_message(message)
 
     @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
     def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
@@ -95,6 +148,12 @@ class TachyProtocol(LanguageServerProtocol):
     def lsp_exit(self, *args):
         # LSP: exit code 0 after a shutdown request, 1 without one.
         self._server.exit_code = 0 if self._shutdown else 1
+        if isinstance(self._server._server, asyncio.Server):
+            # --tcp: stop serving. pygls' sys.exit would surface in asyncio's log as an
+            # unhandled error of the connection; serve() returns the exit code instead.
+            self.writer.close()
+            self._server.shutdown()
+            return
         yield from super().lsp_exit(*args)
 
 
@@ -109,6 +168,9 @@ class TachyServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tokens = itertools.count(1)
         self._initial_folders: list[str] = []
+        # Set once `initialized` has pulled the configuration and added the folders:
+        # requests that need either wait for it (an editor sends them right away).
+        self.ready = asyncio.Event()
         self.exit_code = 0  # a lost client ends the server cleanly too
         self._index_progress: dict[Path, Callable[[str | None, bool], None]] = {}
         self.sessions = Sessions(
@@ -157,6 +219,16 @@ class TachyServer(LanguageServer):
             self.feature(method, options)(_plain(handler))
         self.command(p.ASK_TO_FIX)(_plain(self.on_ask_to_fix))
 
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
+            # The client sent bytes that are not JSON: its fault, not a server error.
+            self.show(
+                f"tachy: ignored a message that is not valid JSON ({error})",
+                types.MessageType.Warning,
+            )
+            return
+        super().report_server_error(error, source)
+
     # ------------------------------------------------------- editor helpers
     def notify(self, method: str, params: Any) -> None:
         self.protocol.notify(method, params)
@@ -180,9 +252,10 @@ class TachyServer(LanguageServer):
         caps = self.client_capabilities.workspace
         if not (caps and caps.apply_edit):
             return False, "the editor does not support workspace/applyEdit"
-        result = await self.protocol.send_request_async(
-            types.WORKSPACE_APPLY_EDIT, {"label": label, "edit": edit}
+        params = types.ApplyWorkspaceEditParams(
+            edit=self.protocol._converter.structure(edit, types.WorkspaceEdit), label=label
         )
+        result = await self.workspace_apply_edit_async(params)
         return bool(result.applied), result.failure_reason or ""
 
     def review_board(self) -> ReviewBoard:
@@ -256,12 +329,14 @@ class TachyServer(LanguageServer):
             on_done=self._index_done_from_thread,
         )
         self.folders[path] = folder
+        for snap in self.documents.under(path):  # opened before the folder was added
+            folder.changed(snap.path.relative_to(path).as_posix(), snap.data)
         if self.settings.index.enabled:
             folder.start()
             if self.loop is not None:
                 self.loop.create_task(self._start_index_progress(folder))
         else:
-            folder.state, folder.error = "disabled", "indexing is turned off (tachy.index.enabled)"
+            folder.disable("indexing is turned off (tachy.index.enabled)")
 
     def remove_folder(self, uri: str) -> None:
         path = uri_to_path(uri)
@@ -311,10 +386,13 @@ class TachyServer(LanguageServer):
         self._initial_folders = uris
 
     async def on_initialized(self, params: types.InitializedParams) -> None:
-        await self._pull_configuration()
-        await self._watch_files()
-        for uri in self._initial_folders:
-            self.add_folder(uri)
+        try:
+            await self._pull_configuration()
+            await self._watch_files()
+            for uri in self._initial_folders:
+                self.add_folder(uri)
+        finally:
+            self.ready.set()
 
     def _apply_settings(self, raw: Any) -> None:
         if isinstance(raw, dict) and isinstance(raw.get(config.SECTION), dict):
@@ -328,8 +406,13 @@ class TachyServer(LanguageServer):
         if not (workspace and workspace.configuration):
             return
         try:
-            values = await self.workspace_configuration_async(
-                types.ConfigurationParams(items=[types.ConfigurationItem(section=config.SECTION)])
+            values = await asyncio.wait_for(
+                self.workspace_configuration_async(
+                    types.ConfigurationParams(
+                        items=[types.ConfigurationItem(section=config.SECTION)]
+                    )
+                ),
+                CLIENT_REPLY_S,
             )
         except Exception as exc:
             log.warning("workspace/configuration failed: %s", exc)
@@ -351,8 +434,11 @@ class TachyServer(LanguageServer):
             register_options=options,
         )
         try:
-            await self.client_register_capability_async(
-                types.RegistrationParams(registrations=[registration])
+            await asyncio.wait_for(
+                self.client_register_capability_async(
+                    types.RegistrationParams(registrations=[registration])
+                ),
+                CLIENT_REPLY_S,
             )
         except Exception as exc:
             log.warning("could not register file watching: %s", exc)
@@ -426,7 +512,14 @@ class TachyServer(LanguageServer):
                 folder.changed(rel, None)
 
     def on_diagnostics(self, params: Any) -> None:
-        args = decode(params, p.DiagnosticsParams)
+        try:
+            args = p.decode(params, p.DiagnosticsParams)
+        except p.ParamsError as exc:  # a notification has no answer to carry the error
+            self.show(
+                f"tachy: ignored a {p.DIAGNOSTICS} notification with {exc}",
+                types.MessageType.Warning,
+            )
+            return
         if not self.diagnostics.replace(args.uri, args.diagnostics):
             log.info("diagnostics for %s ignored: not a file", args.uri)
 
@@ -442,6 +535,7 @@ class TachyServer(LanguageServer):
 
     async def on_search(self, params: Any) -> dict:
         args = decode(params, p.SearchParams)
+        await self.ready.wait()
         if not 1 <= args.limit <= 200:
             raise JsonRpcInvalidParams("limit must be between 1 and 200")
         folders = self._folders_for(None)
@@ -472,6 +566,7 @@ class TachyServer(LanguageServer):
 
     async def on_index_status(self, params: Any) -> dict:
         decode(params, p.IndexStatusParams)
+        await self.ready.wait()
         folders = list(self.folders.values())
         statuses = await run_blocking(lambda: [f.status() for f in folders])
         order = ["failed", "starting", "indexing", "empty", "lexical", "ready", "disabled"]
@@ -489,12 +584,17 @@ class TachyServer(LanguageServer):
     async def on_workspace_symbol(
         self, params: types.WorkspaceSymbolParams
     ) -> list[types.WorkspaceSymbol]:
-        folders = [f for f in self.folders.values() if f.index is not None]
+        await self.ready.wait()
+        folders = list(self.folders.values())
 
         def lookup() -> list[types.WorkspaceSymbol]:
             found = []
             for folder in folders:
-                for hit in folder.index.symbols(params.query, limit=SYMBOL_LIMIT):
+                try:
+                    index = folder.opened()  # an index still opening is waited for
+                except CodeIndexError:
+                    continue  # disabled or failed: tachy/index/status says why
+                for hit in index.symbols(params.query, limit=SYMBOL_LIMIT):
                     found.append(_workspace_symbol(folder.root, hit))
             return found[:SYMBOL_LIMIT]
 
@@ -518,6 +618,7 @@ class TachyServer(LanguageServer):
 
     async def on_agent_run(self, params: Any) -> dict:
         args = decode(params, p.AgentRunParams)
+        await self.ready.wait()
         folder = self._run_folder(args.workspace_folder)
         try:
             result = await self.sessions.run(args, self.settings, folder)
@@ -548,7 +649,8 @@ class TachyServer(LanguageServer):
         return p.encode(p.ReviewListResult(proposals=self.review_board().pending(args.session_id)))
 
     # -------------------------------------------------------- ask to fix
-    def on_code_action(self, params: types.CodeActionParams) -> list[types.CodeAction]:
+    async def on_code_action(self, params: types.CodeActionParams) -> list[types.CodeAction]:
+        await self.ready.wait()
         path = uri_to_path(params.text_document.uri)
         if path is None or self.folder_for(path) is None:
             return []
@@ -576,6 +678,7 @@ class TachyServer(LanguageServer):
         if len(arguments) != 1:
             raise JsonRpcInvalidParams(f"{p.ASK_TO_FIX} takes one argument")
         args = decode(arguments[0], p.AskToFixArgs)
+        await self.ready.wait()
         path = uri_to_path(args.uri)
         folder = self._run_folder(None, near=args.uri)
         if path is None or not (path == folder or folder in path.parents):
