@@ -27,7 +27,13 @@ from cattrs.errors import ClassValidationError
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException, JsonRpcInvalidParams
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol, lsp_method
+from pygls.protocol import (
+    JsonRPCNotification,
+    JsonRPCRequestMessage,
+    JsonRPCResponseMessage,
+    LanguageServerProtocol,
+    lsp_method,
+)
 from pygls.protocol.json_rpc import RPCRequest
 
 from agent.tools.base import run_blocking
@@ -160,6 +166,7 @@ class TachyProtocol(LanguageServerProtocol):
 class TachyServer(LanguageServer):
     def __init__(self) -> None:
         super().__init__("tachy", _version(), protocol_cls=TachyProtocol)
+        keep_json_objects(self.protocol._converter)
         self.settings = config.defaults()
         self.documents = Documents()
         self.diagnostics = ForwardedDiagnostics()
@@ -708,6 +715,14 @@ class TachyServer(LanguageServer):
 
         asyncio.get_running_loop().create_task(background())
         return p.encode(p.AskToFixResult(session_id=session_id))
+
+
+def keep_json_objects(converter: Any) -> None:
+    """pygls turns the params and results of methods lsprotocol does not know (all of
+    tachy/*) into namedtuples, which renames keys that are not identifiers (a
+    WorkspaceEdit's `changes`, keyed by URI). Keep them the JSON objects they are."""
+    for kind in (JsonRPCNotification, JsonRPCRequestMessage, JsonRPCResponseMessage):
+        converter.register_structure_hook(kind, lambda obj, cls: cls(**obj))
 
 
 def _plain(method: Callable) -> Callable:

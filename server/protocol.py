@@ -24,24 +24,13 @@ class ParamsError(ValueError):
 
 
 def decode(params: Any, kind: type[Wire]) -> Any:
-    """Typed params from the dict pygls hands over (absent or empty params count as {})."""
-    params = _plain(params)
+    """Typed params from the JSON pygls hands over (absent or empty params count as {})."""
     if params is None or params == []:
         params = {}
     try:
         return msgspec.convert(params, kind, strict=True)
     except msgspec.ValidationError as exc:
         raise ParamsError(f"invalid params: {exc}") from None
-
-
-def _plain(value: Any) -> Any:
-    """JSON data as dicts and lists: pygls hands custom methods' params over as
-    namedtuples (recursively)."""
-    if hasattr(value, "_asdict"):
-        return {key: _plain(item) for key, item in value._asdict().items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
 
 
 def encode(value: Wire | list | None) -> Any:

@@ -267,12 +267,18 @@ class ReviewBoard:
                     + (f" ({reason})" if reason else "")
                     + "; read it again and redo the change"
                 )
-            # The editor's didChange follows; until it arrives, reads see the new text.
-            new_text = _decode(proposal.new) or ""
-            self.documents.put(snap.uri, snap.version, new_text)
+            self._edited_in_editor(snap, _decode(proposal.new) or "")
         await run_blocking(ws.commit, rel, proposal.new)
         if proposal.new is not None:
             ws.note_shown(rel, proposal.new)
+
+    def _edited_in_editor(self, snap: Snapshot, text: str) -> None:
+        """The editor applied our edit to `snap`; until its didChange arrives, reads see
+        the new text. The didChange often arrives before the applyEdit answer: its newer
+        version must stay, or the next versioned edit would be refused as stale."""
+        current = self.documents.get(snap.path)
+        if current is not None and current.version == snap.version:
+            self.documents.put(snap.uri, snap.version, text)
 
     def _settle(self, proposal: _Proposal, state: str, message: str = "") -> None:
         proposal.state, proposal.message = state, message
@@ -351,7 +357,7 @@ class ReviewBoard:
                 raise WorkspaceError(
                     f"the editor refused to revert {rel} ({reason or 'no reason'})"
                 )
-            self.documents.put(snap.uri, snap.version, before)
+            self._edited_in_editor(snap, before)
         await run_blocking(ws.restore, rel, proposal.disk_before)
 
     def pending(self, session_id: str | None = None) -> list[p.Proposal]:

@@ -157,8 +157,13 @@ class Sessions:
 
         executor = Executor(ctx, policy, max_turns=max_turns, on_event=on_event)
         session.executor = executor
-        session.state = "running"
         session.task = asyncio.current_task()
+        if session.state == "cancelling":
+            # tachy/agent/cancel arrived while the run was being set up (the progress
+            # token is a round trip to the editor): it must still stop the run.
+            executor.cancel()
+        else:
+            session.state = "running"
         try:
             result = await executor.run(params.prompt)
         except asyncio.CancelledError:

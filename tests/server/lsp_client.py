@@ -22,15 +22,11 @@ from pygls.exceptions import JsonRpcMethodNotFound
 from pytest_lsp import LanguageClient, client_capabilities, make_test_lsp_client
 
 from server import protocol as p
+from server.lsp import keep_json_objects
 
 VSCODE = "visual-studio-code"
 NEOVIM = "neovim"
 CLIENTS = (VSCODE, NEOVIM)
-
-
-def _data(value: Any) -> Any:
-    """pygls hands unknown notifications' params over as namedtuples."""
-    return p._plain(value)
 
 
 class EditorClient:
@@ -53,7 +49,7 @@ class EditorClient:
     # ------------------------------------------------------------- requests
     async def request(self, method: str, params: Any | None = None) -> Any:
         result = await self.client.protocol.send_request_async(method, params or {})
-        return _data(result)
+        return result
 
     def notify(self, method: str, params: Any) -> None:
         self.client.protocol.notify(method, params)
@@ -232,11 +228,11 @@ def _register_editor(client: LanguageClient, editor: EditorClient, configuration
 
     @client.feature(p.AGENT_EVENT)
     def agent_event(params: Any) -> None:
-        editor.events.append(_data(params))
+        editor.events.append(params)
 
     @client.feature(p.REVIEW_PROPOSE)
     def proposal(params: Any) -> None:
-        data = _data(params)
+        data = params
         editor.proposals.append(data)
         if editor.on_proposal is not None:
             editor.on_proposal(data)
@@ -381,6 +377,7 @@ async def lsp_session(
 ) -> AsyncIterator[EditorClient]:
     """A started, initialized server with `folders` open; shut down afterwards."""
     client = make_test_lsp_client()
+    keep_json_objects(client.protocol._converter)
     _read_code_actions_right(client)
     editor = EditorClient(client)
     _register_editor(client, editor, configuration)

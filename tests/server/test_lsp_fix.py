@@ -91,7 +91,7 @@ async def test_ask_to_fix_a_diagnostic(tmp_path: Path, client: str):
                 command=action.command.command, arguments=action.command.arguments
             )
         )
-        session_id = p._plain(result)["sessionId"]
+        session_id = result["sessionId"]
         assert session_id
         events = await finished(ed, session_id)
         seqs = [e["seq"] for e in ed.events if e["sessionId"] == session_id]
