@@ -255,6 +255,22 @@ class TachyServer(LanguageServer):
         )
         return bool(edit and edit.document_changes)
 
+    @property
+    def review_ui(self) -> bool:
+        experimental = self.client_capabilities.experimental
+        tachy = experimental.get("tachy") if isinstance(experimental, dict) else None
+        return isinstance(tachy, dict) and tachy.get("review") is True
+
+    async def ask(self, message: str, actions: list[str]) -> str | None:
+        answer = await self.window_show_message_request_async(
+            types.ShowMessageRequestParams(
+                type=types.MessageType.Info,
+                message=message,
+                actions=[types.MessageActionItem(title=a) for a in actions],
+            )
+        )
+        return answer.title if answer is not None else None
+
     async def apply_edit(self, label: str, edit: dict[str, Any]) -> tuple[bool, str]:
         caps = self.client_capabilities.workspace
         if not (caps and caps.apply_edit):
@@ -633,8 +649,9 @@ class TachyServer(LanguageServer):
             raise failed(str(exc)) from None
         return p.encode(result)
 
-    def on_agent_cancel(self, params: Any) -> dict:
+    async def on_agent_cancel(self, params: Any) -> dict:
         args = decode(params, p.AgentCancelParams)
+        await self.ready.wait()  # stays ordered after a run sent just before it
         return p.encode(self.sessions.cancel(args.session_id))
 
     async def on_review_accept(self, params: Any) -> dict:

@@ -143,7 +143,17 @@ class AgentCancelResult(Wire):
 
 # --------------------------------------------------------------------- review
 # An agent edit is proposed to the editor; the user accepts or rejects it. With
-# auto-apply on, proposals arrive already applied and "reject" reverts them.
+# auto-apply on, proposals arrive already applied and "reject" reverts them. The
+# notification is sent again whenever a proposal's state changes.
+#
+# A client that shows proposals itself declares the experimental client capability
+# {"tachy": {"review": true}}; any other client is asked with a standard
+# window/showMessageRequest (Accept / Reject, the diff in the message).
+#
+# An accepted edit to an open document is applied to the buffer with
+# workspace/applyEdit and written to the file on disk too (the agent's commands run
+# there), so buffer and file hold the same text: an extension should save the buffer
+# after applying it, or the editor will report the file as changed on disk.
 REVIEW_PROPOSE = "tachy/review/propose"  # S→C notification
 REVIEW_ACCEPT = "tachy/review/accept"  # C→S request
 REVIEW_REJECT = "tachy/review/reject"  # C→S request

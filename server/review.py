@@ -33,11 +33,15 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.tools.base import run_blocking
+from agent.tools.edit import unified_diff
 from agent.workspace import Workspace, WorkspaceError
 from server import protocol as p
 from server.documents import Documents, Snapshot, path_to_uri, text_hash
 
 log = logging.getLogger(__name__)
+
+ACCEPT, REJECT = "Accept", "Reject"
+ASK_DIFF_LINES = 40
 
 
 class Editor(Protocol):
@@ -45,10 +49,16 @@ class Editor(Protocol):
 
     position_encoding: str  # utf-16 | utf-8 | utf-32
     document_changes: bool  # the client takes versioned documentChanges
+    # The client shows tachy/review/propose itself (a tachy extension declares the
+    # experimental capability {"tachy": {"review": true}}); other clients are asked
+    # with a standard window/showMessageRequest.
+    review_ui: bool
 
     def notify(self, method: str, params: Any) -> None: ...
 
     async def apply_edit(self, label: str, edit: dict[str, Any]) -> tuple[bool, str]: ...
+
+    async def ask(self, message: str, actions: list[str]) -> str | None: ...
 
 
 # ------------------------------------------------------------ workspace edits
@@ -228,6 +238,9 @@ class ReviewBoard:
             if self.approval() != "auto":
                 proposal.decision = self.loop.create_future()
                 self._publish(proposal)
+                if not self.editor.review_ui:
+                    asking = self.loop.create_task(self._ask(proposal))
+                    proposal.decision.add_done_callback(lambda _: asking.cancel())
                 if not await proposal.decision:
                     self._settle(proposal, "rejected", "the user rejected the change")
                     raise WorkspaceError(
@@ -242,6 +255,29 @@ class ReviewBoard:
         except asyncio.CancelledError:
             self._settle(proposal, "cancelled", "the run was cancelled")
             raise
+
+    async def _ask(self, proposal: _Proposal) -> None:
+        """Ask a client without a review UI to decide, showing the diff in the question.
+        Dismissing the question rejects the change: the run must not wait forever."""
+        before = _decode(proposal.old) or ""
+        after = _decode(proposal.new) or ""
+        what = {"edit": "change", "create": "create", "delete": "delete"}[proposal.kind]
+        diff = unified_diff(proposal.rel, before, after, limit=ASK_DIFF_LINES)
+        message = (
+            f"tachy wants to {what} {proposal.rel}:\n{diff}"
+            if diff
+            else (f"tachy wants to {what} {proposal.rel}.")
+        )
+        try:
+            answer = await self.editor.ask(message, [ACCEPT, REJECT])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the client cannot ask: wait for tachy/review/*
+            log.info("could not ask about %s: %s", proposal.id, exc)
+            return
+        decision = proposal.decision
+        if decision is not None and not decision.done():
+            decision.set_result(answer == ACCEPT)
 
     async def _apply(self, proposal: _Proposal) -> None:
         ws, rel = proposal.workspace, proposal.rel

@@ -109,6 +109,9 @@ class Sessions:
             return await self._run(session, params, settings, policy, max_turns)
         finally:
             session.state = "finished"
+            # A finished session keeps its id and state only: its events went to the
+            # editor, and its proposals hold what a later revert needs.
+            session.executor = session.workspace = None
             await policy.aclose()
 
     async def _run(

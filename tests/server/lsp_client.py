@@ -373,9 +373,11 @@ async def lsp_session(
     capabilities: str | types.ClientCapabilities = VSCODE,
     options: dict[str, Any] | None = None,
     configuration: dict[str, Any] | None = None,
-    root_dir: Path | None = None,
+    review_ui: bool = True,
 ) -> AsyncIterator[EditorClient]:
-    """A started, initialized server with `folders` open; shut down afterwards."""
+    """A started, initialized server with `folders` open; shut down afterwards.
+    `review_ui`: the client declares it shows tachy/review/propose itself, as the
+    tachy extensions do (otherwise the server asks with window/showMessageRequest)."""
     client = make_test_lsp_client()
     keep_json_objects(client.protocol._converter)
     _read_code_actions_right(client)
@@ -384,6 +386,8 @@ async def lsp_session(
     await client.start_io(*server_command(), cwd=str(PROJECT))
     if isinstance(capabilities, str):
         capabilities = client_capabilities(capabilities)
+    if review_ui:
+        capabilities.experimental = {**(capabilities.experimental or {}), "tachy": {"review": True}}
     editor.initialize_result = await client.initialize_session(
         types.InitializeParams(
             capabilities=capabilities,

@@ -393,6 +393,49 @@ async def test_rejected_edit_changes_nothing(tmp_path: Path, client: str) -> Non
     assert late_accept["state"] == "rejected"
 
 
+@pytest.mark.parametrize("client", CLIENTS)
+async def test_a_client_without_review_ui_is_asked(tmp_path: Path, client: str) -> None:
+    """A plain LSP client (no tachy extension) gets each edit as a standard
+    window/showMessageRequest showing the diff: Accept applies it, Reject refuses it,
+    and dismissing the question rejects rather than leaving the run waiting."""
+    root = make_repo(tmp_path / "repo")
+    fix_sub = {**FIX_ADD, "old_string": "def sub(a, b):\n    return a - b"}
+    fix_sub["new_string"] = "def sub(a, b):\n    return b - a"
+    notes = {"path": "NOTES.md", "content": "notes\n"}
+    policy = write_turns(
+        tmp_path / "turns.jsonl",
+        call("edit_file", **FIX_ADD),
+        call("edit_file", **fix_sub),
+        call("write_file", **notes),
+        "Done.",
+    )
+    answers = ["Accept", "Reject", None]
+    questions: list[str] = []
+    async with _lsp_session(
+        [root], capabilities=client, options=options("review"), review_ui=False
+    ) as ed:
+
+        @ed.client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+        def ask(params: types.ShowMessageRequestParams) -> types.MessageActionItem | None:
+            questions.append(params.message)
+            assert [a.title for a in params.actions or []] == ["Accept", "Reject"]
+            title = answers[len(questions) - 1]
+            return types.MessageActionItem(title=title) if title else None
+
+        await ed.wait_indexed(PATIENCE_S)
+        answer = await run(ed, "ask", policy)
+
+    assert answer["stopReason"] == "end_turn"
+    assert questions[0].startswith("tachy wants to change src/calc.py:")
+    assert "-    return a - b" in questions[0] and "+    return a + b" in questions[0]
+    assert questions[2].startswith("tachy wants to create NOTES.md")
+    results = [result_of(ed, "ask", f"call_{n}_0") for n in (1, 2, 3)]
+    assert [r["is_error"] for r in results if r] == [False, True, True]
+    assert "rejected" in results[1]["content"] and "rejected" in results[2]["content"]
+    assert (root / "src" / "calc.py").read_text() == FIXED
+    assert not (root / "NOTES.md").exists()
+
+
 async def test_typing_while_an_edit_waits_for_review_refuses_it(tmp_path: Path) -> None:
     root = make_repo(tmp_path / "repo")
     policy = write_turns(tmp_path / "turns.jsonl", call("edit_file", **FIX_ADD), "Done.")
