@@ -160,6 +160,11 @@ class Workspace:
     def file_size(self, rel: str) -> int:
         return self.abspath(rel).stat().st_size
 
+    def unsaved(self) -> dict[str, bytes]:
+        """Files whose current text is not yet on disk (rel -> bytes): an editor's
+        unsaved buffers in the language server; none elsewhere."""
+        return {}
+
     def note_shown(self, rel: str, data: bytes) -> None:
         """Called when a file's whole content was shown to the model (read_file). The
         language server uses it to refuse edits to documents changed since."""

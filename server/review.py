@@ -450,6 +450,18 @@ class EditorWorkspace(Workspace):
     def note_shown(self, rel: str, data: bytes) -> None:
         self.shown[rel] = text_hash(data)
 
+    def unsaved(self) -> dict[str, bytes]:
+        found = {}
+        for snap in self.documents.under(self.root):
+            data = snap.data
+            try:
+                on_disk = snap.path.read_bytes()
+            except OSError:
+                on_disk = None
+            if data != on_disk:
+                found[snap.path.relative_to(self.root).as_posix()] = data
+        return found
+
     def check_not_stale(self, rel: str, snap: Snapshot) -> None:
         seen = self.shown.get(rel)
         if seen is not None and seen != text_hash(snap.text):

@@ -17,6 +17,16 @@ from index.errors import CodeIndexError
 _BOUNDARY = "/_-. "
 
 
+def glob_matches(glob: str, path: str) -> bool:
+    """Whether ripgrep's --glob GLOB would search `path` (gitignore-style globs; a
+    leading '!' excludes)."""
+    import pathspec
+
+    negated = glob.startswith("!")
+    spec = pathspec.GitIgnoreSpec.from_lines([glob[1:] if negated else glob])
+    return spec.match_file(path) != negated
+
+
 def fuzzy_score(term: str, path: str) -> int | None:
     """How well `term` matches `path` as a subsequence (case-insensitive), or None.
 
@@ -156,12 +166,46 @@ class Grep(Tool):
             argv.append("--ignore-case")
         if args.glob:
             argv.append(f"--glob={args.glob}")
-        argv += ["--regexp", args.pattern, "--", rel or "."]
-        return await run_blocking(self._run_rg, argv, args, ctx)
+        pattern = ["--regexp", args.pattern]
+        argv += [*pattern, "--", rel or "."]
+        return await run_blocking(self._run_rg, argv, pattern, rel, args, ctx)
 
-    def _run_rg(self, argv: list[str], args: Args, ctx: ToolContext) -> str:
+    def _unsaved_matches(
+        self, binary: str, pattern: list[str], rel: str, args: Args, ctx: ToolContext
+    ) -> dict[str, list[str]]:
+        """`number:text` lines matching in the unsaved editor text of files in scope
+        (an editor's open documents; nothing in training), searched by ripgrep too."""
+        ws = ctx.workspace
+        found: dict[str, list[str]] = {}
+        flags = ["--line-number", "--no-filename", "--color=never", "--no-config"]
+        flags += ["--max-columns=2000", *(["--ignore-case"] if args.ignore_case else [])]
+        for path, data in sorted(ws.unsaved().items()):
+            if rel and path != rel and not path.startswith(rel + "/"):
+                continue
+            if args.glob and not glob_matches(args.glob, path):
+                continue
+            if not ws.is_visible(path, False) or b"\x00" in data[:8192]:
+                continue
+            done = subprocess.run(
+                [binary, *flags, *pattern, "-"],
+                input=data,
+                capture_output=True,
+                timeout=self.TIMEOUT_S,
+            )
+            if done.returncode not in (0, 1):
+                message = done.stderr.decode("utf-8", "replace").strip()
+                raise ToolError(f"ripgrep rejected the search: {message[:1500]}")
+            found[path] = done.stdout.decode("utf-8", "replace").splitlines()
+        return found
+
+    def _run_rg(
+        self, argv: list[str], pattern: list[str], rel: str, args: Args, ctx: ToolContext
+    ) -> str:
         limit = args.max_results or 100
         ws = ctx.workspace
+        unsaved = self._unsaved_matches(argv[0], pattern, rel, args, ctx)
+        # Matches in unsaved text replace the file's matches on disk, in path order.
+        waiting = sorted(unsaved, key=lambda path: path.split("/"), reverse=True)
         try:
             process = subprocess.Popen(
                 argv, cwd=ws.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -174,6 +218,26 @@ class Grep(Tool):
         shown: list[str] = []
         more = 0
         visible: dict[str, bool] = {}
+
+        def add(path: str, rest: str) -> bool:
+            """Show one match; False once there are enough to say "many"."""
+            nonlocal more
+            if len(shown) >= limit:
+                more += 1
+                return more <= 10_000
+            number, _, text = rest.partition(":")
+            if len(text) > self.MAX_LINE:
+                text = text[: self.MAX_LINE] + " [...]"
+            shown.append(f"{path}:{number}:{text}")
+            return True
+
+        def add_unsaved(before: str | None) -> bool:
+            while waiting and (before is None or waiting[-1].split("/") < before.split("/")):
+                path = waiting.pop()
+                if not all(add(path, rest) for rest in unsaved[path]):
+                    return False
+            return True
+
         assert process.stdout is not None
         try:
             for raw in process.stdout:
@@ -182,19 +246,15 @@ class Grep(Tool):
                 if not sep:
                     continue
                 path = path.removeprefix("./")
+                if path in unsaved:
+                    continue
                 if path not in visible:
                     visible[path] = ws.is_visible(path, False)
                 if not visible[path]:
                     continue
-                if len(shown) >= limit:
-                    more += 1
-                    if more > 10_000:  # enough to say "many"; stop reading
-                        break
-                    continue
-                number, _, text = rest.partition(":")
-                if len(text) > self.MAX_LINE:
-                    text = text[: self.MAX_LINE] + " [...]"
-                shown.append(f"{path}:{number}:{text}")
+                if not add_unsaved(path) or not add(path, rest):
+                    break  # enough to say "many"; stop reading
+            add_unsaved(None)
         finally:
             watchdog.cancel()
             process.kill()

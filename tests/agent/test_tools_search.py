@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import pytest
 
 from agent.tools.find import fuzzy_rank
+from agent.workspace import Workspace
 from tests.agent.tool_helpers import fails, ok
 from tests.conftest import make_context
 
@@ -77,6 +78,47 @@ async def test_grep_matches_in_path_order(ctx):
         "tests/test_calc.py:4:def test_add():",
         "tests/test_calc.py:8:def test_sub():",
     ]
+
+
+class _Unsaved(Workspace):
+    """A workspace with editor buffers, as the language server's has."""
+
+    buffers: dict[str, bytes] = {}
+
+    def unsaved(self) -> dict[str, bytes]:
+        return dict(self.buffers)
+
+
+async def test_grep_searches_unsaved_text_in_its_place(repo):
+    (repo / "src" / "zoo.py").write_text("def zebra(): pass\n")
+    ctx = make_context(repo)
+    ctx.workspace.__class__ = _Unsaved
+    ctx.workspace.buffers = {
+        "src/calc.py": b"def add(a, b):\n    return a + b\n\ndef zebra_too(): pass\n",
+        "src/new.py": b"def fresh(): pass\n",  # not saved yet at all
+        ".env": b"def secret(): pass\n",  # secret: never shown
+    }
+    content = await ok(ctx, "grep", pattern=r"def \w+")
+    assert content.splitlines() == [
+        "src/calc.py:1:def add(a, b):",
+        "src/calc.py:4:def zebra_too(): pass",
+        "src/new.py:1:def fresh(): pass",
+        "src/zoo.py:1:def zebra(): pass",
+        "tests/test_calc.py:4:def test_add():",
+        "tests/test_calc.py:8:def test_sub():",
+    ]
+    # The path, glob and case rules apply to unsaved text as to files.
+    assert await ok(ctx, "grep", pattern="ZEBRA", path="src/calc.py", ignore_case="true") == (
+        "src/calc.py:4:def zebra_too(): pass"
+    )
+    assert await ok(ctx, "grep", pattern="def", glob="new.py") == "src/new.py:1:def fresh(): pass"
+    assert await ok(ctx, "grep", pattern="zebra", path="tests") == "No matches for 'zebra' in tests."
+    capped = await ok(ctx, "grep", pattern="def", max_results="2")
+    assert capped.splitlines()[:2] == [
+        "src/calc.py:1:def add(a, b):",
+        "src/calc.py:4:def zebra_too(): pass",
+    ]
+    assert "4 more matching lines" in capped
 
 
 async def test_grep_glob(ctx, repo):

@@ -601,7 +601,9 @@ async def test_edit_of_a_document_changed_since_it_was_read_is_refused(
 async def test_the_agent_reads_unsaved_text(tmp_path: Path) -> None:
     root = make_repo(tmp_path / "repo")
     policy = write_turns(
-        tmp_path / "turns.jsonl", call("read_file", path="src/calc.py"), "It is unsaved."
+        tmp_path / "turns.jsonl",
+        turn(call("read_file", path="src/calc.py"), call("grep", pattern="unsaved|a - b")),
+        "It is unsaved.",
     )
     unsaved = CALC.replace("return a - b\n", "return a + b  # unsaved\n", 1)
     async with serve(root) as ed:
@@ -609,10 +611,15 @@ async def test_the_agent_reads_unsaved_text(tmp_path: Path) -> None:
         ed.change(uri, unsaved)
         await run(ed, "read", policy)
 
-    result = result_of(ed, "read", "call_1_0")
-    assert result is not None
-    assert not result["is_error"]
-    assert "return a + b  # unsaved" in result["content"]
+    read, grep = result_of(ed, "read", "call_1_0"), result_of(ed, "read", "call_1_1")
+    assert read is not None and grep is not None
+    assert not read["is_error"]
+    assert "return a + b  # unsaved" in read["content"]
+    # grep searches the buffer in place of the file: line 2 is the unsaved one.
+    assert grep["content"].splitlines()[:2] == [
+        "src/calc.py:2:    return a + b  # unsaved",
+        "src/calc.py:6:    return a - b",
+    ]
     assert (root / "src" / "calc.py").read_text() == CALC
 
 
