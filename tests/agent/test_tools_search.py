@@ -83,7 +83,7 @@ async def test_grep_matches_in_path_order(ctx):
 class _Unsaved(Workspace):
     """A workspace with editor buffers, as the language server's has."""
 
-    buffers: dict[str, bytes] = {}
+    buffers: dict[str, bytes]
 
     def unsaved(self) -> dict[str, bytes]:
         return dict(self.buffers)
@@ -112,7 +112,9 @@ async def test_grep_searches_unsaved_text_in_its_place(repo):
         "src/calc.py:4:def zebra_too(): pass"
     )
     assert await ok(ctx, "grep", pattern="def", glob="new.py") == "src/new.py:1:def fresh(): pass"
-    assert await ok(ctx, "grep", pattern="zebra", path="tests") == "No matches for 'zebra' in tests."
+    assert (
+        await ok(ctx, "grep", pattern="zebra", path="tests") == "No matches for 'zebra' in tests."
+    )
     capped = await ok(ctx, "grep", pattern="def", max_results="2")
     assert capped.splitlines()[:2] == [
         "src/calc.py:1:def add(a, b):",
