@@ -224,12 +224,17 @@ class Workspace:
             if rel not in self.checkpoints:
                 raise WorkspaceError(f"{rel} has no checkpoint: the agent did not change it")
             original = self.checkpoints.pop(rel)
+        self.put_back(rel, original)
+
+    def put_back(self, rel: str, data: bytes | None) -> None:
+        """Make `rel` hold `data` again (None: remove it), as a revert does: no new
+        checkpoint, since this undoes a change rather than making one."""
         target = self.abspath(rel)
-        if original is None:
+        if data is None:
             target.unlink(missing_ok=True)
         else:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(original)
+            target.write_bytes(data)
         if posixpath.basename(rel) in (".gitignore", ".tachyignore"):
             self.rules.invalidate()
 

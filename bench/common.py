@@ -6,9 +6,10 @@ import contextlib
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,32 @@ def report(
     print(json.dumps(result, indent=2) if as_json else table(result))
     sys.stdout.flush()
     print(one_line(result["summary"]), file=sys.stderr)
+
+
+def ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """The q-quantile (0..1) of sorted samples, linearly interpolated."""
+    if not ordered:
+        return float("nan")
+    pos = (len(ordered) - 1) * q
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+def stats(samples_s: Sequence[float]) -> dict[str, float | int]:
+    """Median, p95, min, max and mean of durations in seconds, in ms."""
+    ordered = sorted(samples_s)
+    if not ordered:
+        return {"n": 0}
+    return {
+        "p50_ms": ms(statistics.median(ordered)),
+        "p95_ms": ms(percentile(ordered, 0.95)),
+        "min_ms": ms(ordered[0]),
+        "max_ms": ms(ordered[-1]),
+        "mean_ms": ms(statistics.fmean(ordered)),
+        "n": len(ordered),
+    }

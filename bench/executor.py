@@ -62,6 +62,7 @@ from agent.tools import ALL_TOOLS, Tool, ToolContext, bind_args
 from agent.tools.base import _POOL, run_blocking
 from agent.workspace import Workspace
 from bench import common
+from bench.common import ms
 
 CORPUS_PACKAGES = ("json", "email", "asyncio")
 CALLS_PER_TURN = (1, 8, 32)
@@ -108,8 +109,6 @@ TOOLS: dict[str, Tool] = {tool.name: tool() for tool in BENCH_TOOLS}
 
 
 # ------------------------------------------------------------------ helpers
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
 
 
 def stats(samples_s: Sequence[float]) -> dict[str, float | int]:

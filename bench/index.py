@@ -81,6 +81,7 @@ import numpy as np
 
 from bench import common
 from bench.codesearch import EvalSet, build_eval_set, is_relevant, mrr_at_k, recall_at_k
+from bench.common import ms, stats
 
 REPO = Path(__file__).resolve().parent.parent
 COLD_TARGET_S = 10.0
@@ -128,35 +129,6 @@ _START = time.perf_counter()
 # ------------------------------------------------------------------ helpers
 def log(message: str) -> None:
     print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
-
-
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) of sorted samples, linearly interpolated."""
-    if not ordered:
-        return float("nan")
-    pos = (len(ordered) - 1) * q
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def stats(samples_s: Sequence[float]) -> dict[str, float | int]:
-    """Median, p95, min and max of durations in seconds, in ms."""
-    ordered = sorted(samples_s)
-    if not ordered:
-        return {"n": 0}
-    return {
-        "p50_ms": ms(statistics.median(ordered)),
-        "p95_ms": ms(percentile(ordered, 0.95)),
-        "min_ms": ms(ordered[0]),
-        "max_ms": ms(ordered[-1]),
-        "mean_ms": ms(statistics.fmean(ordered)),
-        "n": len(ordered),
-    }
 
 
 def rss_bytes() -> int:

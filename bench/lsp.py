@@ -70,6 +70,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
+from bench.common import ms, stats
 
 REPO = Path(__file__).resolve().parent.parent
 SEARCH_TARGET_MS = 50.0
@@ -147,35 +148,8 @@ def log(message: str) -> None:
     print(f"[{time.perf_counter() - _START:7.1f}s] {message}", file=sys.stderr, flush=True)
 
 
-def ms(seconds: float) -> float:
-    return round(seconds * 1000, 3)
-
-
 def mb(n_bytes: float) -> float:
     return round(n_bytes / 2**20, 1)
-
-
-def percentile(ordered: Sequence[float], q: float) -> float:
-    """The q-quantile (0..1) of sorted samples, linearly interpolated."""
-    pos = (len(ordered) - 1) * q
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def stats(samples_s: Sequence[float]) -> dict[str, float | int]:
-    """Median, p95, min, max and mean of durations in seconds, in ms."""
-    ordered = sorted(samples_s)
-    if not ordered:
-        return {"n": 0}
-    return {
-        "p50_ms": ms(statistics.median(ordered)),
-        "p95_ms": ms(percentile(ordered, 0.95)),
-        "min_ms": ms(ordered[0]),
-        "max_ms": ms(ordered[-1]),
-        "mean_ms": ms(statistics.fmean(ordered)),
-        "n": len(ordered),
-    }
 
 
 def ratio(a: float | None, b: float | None) -> float | None:

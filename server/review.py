@@ -394,7 +394,7 @@ class ReviewBoard:
                     f"the editor refused to revert {rel} ({reason or 'no reason'})"
                 )
             self._edited_in_editor(snap, before)
-        await run_blocking(ws.restore, rel, proposal.disk_before)
+        await run_blocking(ws.put_back, rel, proposal.disk_before)
 
     def pending(self, session_id: str | None = None) -> list[p.Proposal]:
         return [
@@ -482,12 +482,3 @@ class EditorWorkspace(Workspace):
             Workspace.delete(self, rel)
         else:
             Workspace.write_bytes(self, rel, data)
-
-    def restore(self, rel: str, data: bytes | None) -> None:
-        target = self.abspath(rel)
-        if data is None:
-            target.unlink(missing_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        self.rules.invalidate()
