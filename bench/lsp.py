@@ -61,7 +61,6 @@ import os
 import shutil
 import statistics
 import sys
-import sysconfig
 import tempfile
 import time
 import uuid
@@ -71,6 +70,7 @@ from typing import Any
 
 from bench import common
 from bench.common import ms, stats
+from bench.index import copy_stdlib, stdlib_source
 
 REPO = Path(__file__).resolve().parent.parent
 SEARCH_TARGET_MS = 50.0
@@ -216,19 +216,6 @@ def _letters(n: int, width: int = 4) -> str:
 
 
 # ---------------------------------------------------------------- corpora
-def stdlib_source() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def copy_stdlib(target: Path) -> Path:
-    """The standard library as a checkout would hold it (no site-packages, no caches)."""
-    shutil.copytree(
-        stdlib_source(),
-        target,
-        ignore=shutil.ignore_patterns("site-packages", "dist-packages", "__pycache__", "*.pyc"),
-        symlinks=True,
-    )
-    return target
 
 
 def make_size(corpus: Path, spec: str, work: Path) -> tuple[str, Path]:

@@ -83,6 +83,10 @@ class EditorClient:
 
     def change(self, uri: str, text: str) -> None:
         """Replace the whole text (a full-sync change)."""
+        self._changed(uri, text, [types.TextDocumentContentChangeWholeDocument(text=text)])
+
+    def _changed(self, uri: str, text: str, changes: list[Any]) -> None:
+        """Record the new text locally and tell the server, as an editor does."""
         self.versions[uri] += 1
         self.texts[uri] = text
         self.client.text_document_did_change(
@@ -90,7 +94,7 @@ class EditorClient:
                 text_document=types.VersionedTextDocumentIdentifier(
                     uri=uri, version=self.versions[uri]
                 ),
-                content_changes=[types.TextDocumentContentChangeWholeDocument(text=text)],
+                content_changes=changes,
             )
         )
 
@@ -99,19 +103,10 @@ class EditorClient:
         text = self.texts[uri]
         for e in edits:
             text = apply_text_edits(text, [e], self.encoding)
-        self.versions[uri] += 1
-        self.texts[uri] = text
-        self.client.text_document_did_change(
-            types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(
-                    uri=uri, version=self.versions[uri]
-                ),
-                content_changes=[
-                    types.TextDocumentContentChangePartial(range=e.range, text=e.new_text)
-                    for e in edits
-                ],
-            )
-        )
+        partial = [
+            types.TextDocumentContentChangePartial(range=e.range, text=e.new_text) for e in edits
+        ]
+        self._changed(uri, text, partial)
 
     def save(self, uri: str) -> None:
         Path(types_uri_path(uri)).write_text(self.texts[uri])
