@@ -175,6 +175,7 @@ class TachyServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tokens = itertools.count(1)
         self._initial_folders: list[str] = []
+        self._background: set[asyncio.Task] = set()
         # Set once `initialized` has pulled the configuration and added the folders:
         # requests that need either wait for it (an editor sends them right away).
         self.ready = asyncio.Event()
@@ -235,6 +236,13 @@ class TachyServer(LanguageServer):
             )
             return
         super().report_server_error(error, source)
+
+    def _spawn(self, work: Any) -> None:
+        """Run a coroutine in the background, keeping it alive (the loop holds only weak
+        references to tasks)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     # ------------------------------------------------------- editor helpers
     def notify(self, method: str, params: Any) -> None:
@@ -357,7 +365,7 @@ class TachyServer(LanguageServer):
         if self.settings.index.enabled:
             folder.start()
             if self.loop is not None:
-                self.loop.create_task(self._start_index_progress(folder))
+                self._spawn(self._start_index_progress(folder))
         else:
             folder.disable("indexing is turned off (tachy.index.enabled)")
 
@@ -398,7 +406,6 @@ class TachyServer(LanguageServer):
     # ------------------------------------------------------------ lifecycle
     def on_initialize(self, params: types.InitializeParams) -> None:
         self.loop = asyncio.get_running_loop()
-        logging.getLogger("pygls").setLevel(logging.WARNING)  # it logs every message
         self._apply_settings(params.initialization_options)
         folders = params.workspace_folders or []
         uris = [f.uri for f in folders]
@@ -547,21 +554,12 @@ class TachyServer(LanguageServer):
             log.info("diagnostics for %s ignored: not a file", args.uri)
 
     # ------------------------------------------------------------- search
-    def _folders_for(self, uri: str | None) -> list[FolderIndex]:
-        if uri is None:
-            return list(self.folders.values())
-        path = uri_to_path(uri)
-        folder = self.folders.get(path) if path else None
-        if folder is None:
-            raise JsonRpcInvalidParams(f"{uri} is not a workspace folder")
-        return [folder]
-
     async def on_search(self, params: Any) -> dict:
         args = decode(params, p.SearchParams)
         await self.ready.wait()
         if not 1 <= args.limit <= 200:
             raise JsonRpcInvalidParams("limit must be between 1 and 200")
-        folders = self._folders_for(None)
+        folders = list(self.folders.values())
         if not folders:
             raise failed("there is no workspace folder to search")
 
@@ -730,7 +728,7 @@ class TachyServer(LanguageServer):
             except SessionError as exc:
                 self.show(f"tachy: {exc}", types.MessageType.Error)
 
-        asyncio.get_running_loop().create_task(background())
+        self._spawn(background())
         return p.encode(p.AskToFixResult(session_id=session_id))
 
 
