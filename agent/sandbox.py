@@ -124,18 +124,19 @@ class _OutputCapture:
         os.set_blocking(fd, False)
         self.loop.add_reader(fd, self._readable)
 
-    def _readable(self) -> None:
+    def _readable(self) -> bool:
+        """Take what one read gives; False when nothing more is there for now."""
         try:
             data = os.read(self.fd, 65536)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
             data = b""
         if not data:  # every process holding the pipe is gone
             self.loop.remove_reader(self.fd)
             if not self.closed.done():
                 self.closed.set_result(None)
-            return
+            return False
         config = self.config
         self.total += len(data)
         room = config.keep_head_bytes - len(self.head)
@@ -148,6 +149,12 @@ class _OutputCapture:
                 del self.tail[: len(self.tail) - config.keep_tail_bytes]
         if self.total > config.max_output_bytes:
             self.overflow.set()
+        return True
+
+    def take_pending(self) -> None:
+        """Take everything written so far, without waiting for more."""
+        while not self.overflow.is_set() and self._readable():
+            pass
 
     def close(self) -> None:
         self.loop.remove_reader(self.fd)
@@ -500,10 +507,13 @@ class Sandbox:
                 result.output_overflow = True
             elif exited not in done:
                 result.timed_out = True
+                # The output is what came before the kill: what the dying processes
+                # write after it (a shell's "Killed") is not the command's.
+                capture.take_pending()
             # Stop everything still running: on timeout or overflow the command itself,
             # after a normal exit whatever it left behind.
             self._kill(process, cgroup)
-            if not result.output_overflow:
+            if not (result.output_overflow or result.timed_out):
                 # Collect what is still in the pipe; it closes once every process that
                 # held it is gone (bounded, for processes that escaped the kill).
                 await asyncio.wait({capture.closed}, timeout=_DRAIN_GRACE_S)

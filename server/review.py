@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 ACCEPT, REJECT = "Accept", "Reject"
 ASK_DIFF_LINES = 40
+KEEP_SETTLED = 500  # rejected, failed, cancelled and reverted proposals remembered
 
 
 class Editor(Protocol):
@@ -233,6 +234,7 @@ class ReviewBoard:
             uri, kind, _decode(old), _decode(data), proposal.open_version, self.editor
         )
         proposal.settled = self.loop.create_future()
+        self._forget_settled()
         self.proposals[proposal.id] = proposal
         try:
             if self.approval() != "auto":
@@ -255,6 +257,13 @@ class ReviewBoard:
         except asyncio.CancelledError:
             self._settle(proposal, "cancelled", "the run was cancelled")
             raise
+
+    def _forget_settled(self) -> None:
+        """Bound memory over a long editor session: proposals that can no longer change
+        (all but pending and applied ones) are forgotten, oldest first, past a limit."""
+        done = [k for k, prop in self.proposals.items() if prop.state not in ("pending", "applied")]
+        for key in done[: max(0, len(done) - KEEP_SETTLED)]:
+            del self.proposals[key]
 
     async def _ask(self, proposal: _Proposal) -> None:
         """Ask a client without a review UI to decide, showing the diff in the question.
