@@ -2,7 +2,11 @@
 
 Every public op dispatches: Triton on CUDA tensors or when TRITON_INTERPRET=1 (the
 interpreter runs the same kernels on CPU, which is how CI tests them), else a torch
-path on plain CPU. `kernels.reference` holds the meaning of each op.
+path on plain CPU. `kernels.reference` holds the meaning of each op; the torch path
+of quantize/dequantize is the reference itself.
+
+Triton modules are imported on first use, so importing `kernels` stays cheap and a
+CPU-only user never compiles anything.
 """
 
 from __future__ import annotations
@@ -11,9 +15,45 @@ import os
 
 import torch
 
+from kernels import reference
+
 
 def use_triton(*tensors: torch.Tensor) -> bool:
     """Triton for CUDA tensors, or for any tensor under the Triton interpreter."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         return True
     return any(t.is_cuda for t in tensors)
+
+
+def mx_quantize(
+    x: torch.Tensor, dim: int = -1, rounding: str = "rceil"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXFP8 quantize along `dim`: (q float8_e4m3fn shaped like x, scales uint8 E8M0
+    with x.shape[dim] // 32 along dim). rounding: "rceil" (no clipping) or "floor"."""
+    if use_triton(x):
+        from kernels import quantize as triton_ops
+
+        return triton_ops.quantize(x, dim, rounding)
+    return reference.mx_quantize(x, dim, rounding)
+
+
+def mx_dequantize(
+    q: torch.Tensor, scales: torch.Tensor, dim: int = -1, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """The values of MXFP8 data: q * 2^(scale - 127) per block of 32 along `dim`."""
+    if use_triton(q, scales):
+        from kernels import quantize as triton_ops
+
+        return triton_ops.dequantize(q, scales, dim, dtype)
+    return reference.mx_dequantize(q, scales, dim, dtype)
+
+
+def mx_quantize_dual(
+    x: torch.Tensor, rounding: str = "rceil"
+) -> tuple[tuple[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+    """Row-wise and column-wise MXFP8 copies of a 2-D tensor in one pass."""
+    if use_triton(x):
+        from kernels import quantize as triton_ops
+
+        return triton_ops.quantize_dual(x, rounding)
+    return reference.mx_quantize_dual(x, rounding)

@@ -3,10 +3,19 @@ executor does (parse → bind → run → render)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
+
+# Triton decides at import whether its kernels run compiled or in the interpreter, so
+# the choice is made here, before any test imports them: without a GPU, every Triton
+# kernel runs under the interpreter (small shapes). kernels.use_triton() reads the
+# variable at call time, so a test takes the plain-torch path with the `torch_path`
+# fixture below.
+if not os.path.exists("/dev/nvidia0"):
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from agent.lints import LintRunner
 from agent.parser import RawCall
@@ -69,3 +78,10 @@ async def call_tool(ctx: ToolContext, name: str, **params: str) -> tuple[bool, s
     except (BindError, ToolError, WorkspaceError) as exc:
         content, is_error = str(exc), True
     return is_error, render_result(content, is_error)
+
+
+@pytest.fixture
+def torch_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dispatch kernels.* ops to their plain-torch path (as on a CPU without the
+    Triton interpreter)."""
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
