@@ -2,8 +2,8 @@
 
 Every public op dispatches: Triton on CUDA tensors or when TRITON_INTERPRET=1 (the
 interpreter runs the same kernels on CPU, which is how CI tests them), else a torch
-path on plain CPU. `kernels.reference` holds the meaning of each op; the torch path
-of quantize/dequantize is the reference itself.
+path on plain CPU (kernels.mx_torch, kernels.moe's TorchGemms). `kernels.reference`
+holds the meaning of each op.
 
 Triton modules are imported on first use, so importing `kernels` stays cheap and a
 CPU-only user never compiles anything.
@@ -15,7 +15,7 @@ import os
 
 import torch
 
-from kernels import reference
+from kernels import mx_torch
 
 
 def use_triton(*tensors: torch.Tensor) -> bool:
@@ -34,7 +34,7 @@ def mx_quantize(
         from kernels import quantize as triton_ops
 
         return triton_ops.quantize(x, dim, rounding)
-    return reference.mx_quantize(x, dim, rounding)
+    return mx_torch.quantize(x, dim, rounding)
 
 
 def mx_dequantize(
@@ -45,7 +45,7 @@ def mx_dequantize(
         from kernels import quantize as triton_ops
 
         return triton_ops.dequantize(q, scales, dim, dtype)
-    return reference.mx_dequantize(q, scales, dim, dtype)
+    return mx_torch.dequantize(q, scales, dim, dtype)
 
 
 def mx_quantize_dual(
@@ -56,4 +56,9 @@ def mx_quantize_dual(
         from kernels import quantize as triton_ops
 
         return triton_ops.quantize_dual(x, rounding)
-    return reference.mx_quantize_dual(x, rounding)
+    return mx_torch.quantize_dual(x, rounding)
+
+
+from kernels.moe import moe_ffn  # noqa: E402  (it needs use_triton, defined above)
+
+__all__ = ["moe_ffn", "mx_dequantize", "mx_quantize", "mx_quantize_dual", "use_triton"]

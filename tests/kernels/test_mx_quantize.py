@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import kernels
+from kernels import mx_torch, reference
 from kernels import quantize as triton_ops
-from kernels import reference
 
 E4M3 = torch.float8_e4m3fn
 
@@ -55,12 +55,17 @@ def edge_rows() -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("rounding", ["rceil", "floor"])
-def test_kernel_is_bit_exact_on_edge_cases(dtype: torch.dtype, rounding: str) -> None:
+@pytest.mark.parametrize(
+    "quantize", [triton_ops.quantize, mx_torch.quantize], ids=["triton", "torch"]
+)
+def test_both_paths_are_bit_exact_on_edge_cases(
+    dtype: torch.dtype, rounding: str, quantize
+) -> None:
     x = edge_rows()
     if dtype == torch.float16:
         x = x.clamp(-60000, 60000)  # keep fp16 finite where the row was finite
     x = x.to(dtype)
-    q, s = triton_ops.quantize(x, -1, rounding)
+    q, s = quantize(x, -1, rounding)
     rq, rs = reference.mx_quantize(x, -1, rounding)
     assert q.dtype == E4M3 and s.dtype == torch.uint8
     assert torch.equal(bits(q), bits(rq))
@@ -163,15 +168,58 @@ def test_public_ops_agree_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_bad_inputs_are_clear_errors() -> None:
-    for quantize in (triton_ops.quantize, reference.mx_quantize):
+    for quantize in (triton_ops.quantize, mx_torch.quantize, reference.mx_quantize):
         with pytest.raises(ValueError, match="multiple of 32"):
             quantize(torch.randn(4, 40))
         with pytest.raises(ValueError, match="rounding"):
             quantize(torch.randn(4, 32), -1, "nearest")
-    with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
-        triton_ops.quantize(torch.ones(4, 32, dtype=torch.int32))
+    for quantize in (triton_ops.quantize, mx_torch.quantize):
+        with pytest.raises(TypeError, match="float32, bfloat16 or float16"):
+            quantize(torch.ones(4, 32, dtype=torch.int32))
     q, s = reference.mx_quantize(torch.randn(4, 64))
     with pytest.raises(ValueError, match="do not fit"):
         triton_ops.dequantize(q, s[:, :1])
     with pytest.raises(ValueError, match="2-D"):
         triton_ops.quantize_dual(torch.randn(2, 32, 32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dim", [1, -1])
+def test_torch_path_quantize_is_the_reference_bit_for_bit(dtype: torch.dtype, dim: int) -> None:
+    torch.manual_seed(10)
+    x = torch.randn(4, 64, 96) * torch.logspace(-45, 38, 96, base=2)  # subnormal .. huge
+    x[0, :32, 0] = 0.0
+    x[0, :32, 1] = -0.0
+    x[1, 0, :] = float("nan")
+    x[1, 5, 7] = float("inf")
+    x[1, 6, 9] = -float("inf")
+    x[2, :32, 2] = 448.0 * 2.0**3  # amax exactly 448 * 2^k
+    x[2, :32, 3] = torch.nextafter(torch.tensor(448.0 * 2.0**3), torch.tensor(1e9))
+    x[3, :32, 4] = 2.0**-140  # a subnormal-only block
+    x[3, 10, :32] = 0.0  # and the same cases along the last dim
+    x[3, 11, 32:64] = 2.0**-140
+    x[3, 12, 64:] = 448.0 * 2.0**-5
+    x = x.to(dtype)
+    q, s = mx_torch.quantize(x, dim)
+    q_ref, s_ref = reference.mx_quantize(x, dim)
+    assert q.dtype == torch.float8_e4m3fn and s.dtype == torch.uint8
+    assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+    assert torch.equal(s, s_ref)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_torch_path_dequantize_is_the_reference_bit_for_bit(dim: int) -> None:
+    torch.manual_seed(11)
+    x = torch.randn(32, 64, 96) * torch.logspace(-45, 38, 96, base=2)
+    x[1, 0, :] = float("nan")
+    q, s = reference.mx_quantize(x, dim)
+    s[0, 0, 0] = 0  # the extreme scales 2^-127 and 2^127
+    s[0, 0, 1] = 254
+    got = mx_torch.dequantize(q, s, dim)
+    expected = reference.mx_dequantize(q, s, dim)
+    assert got.dtype == torch.float32
+    assert torch.equal(got.isnan(), expected.isnan())
+    assert torch.equal(got.nan_to_num(), expected.nan_to_num())
+    got16 = mx_torch.dequantize(q, s, dim, torch.bfloat16)
+    assert got16.dtype == torch.bfloat16
+    assert torch.equal(got16.nan_to_num(), expected.bfloat16().nan_to_num())

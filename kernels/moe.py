@@ -1,0 +1,246 @@
+"""kernels.moe_ffn: the MoE SwiGLU expert layer on MXFP8 grouped GEMMs, differentiable.
+
+    y[t] = sum_j w[t, j] * W_down[e] @ (silu(g) * u),  [g; u] = W_gate_up[e] @ x[t],
+    e = topk_ids[t, j]
+
+Its meaning, forward and backward, is kernels.reference.moe_ffn (quantize=True). The
+layer is five grouped GEMMs over the expert-sorted slot layout of kernels.routing
+(S slots, expert e owning offsets[e]:offsets[e+1], 32-aligned), shapes for T tokens,
+top-k, E experts, d_model D and d_ff F:
+
+    forward   gate_up_swiglu  x[token] [S, D]  . W_gate_up[e]^T -> h [S, F] (MX), preact [S, 2F]
+              down_weighted   h [S, F]  . W_down[e]^T, * weight -> out_slots [S, D]; combine -> y
+    backward  grad_down       dY[token] [S, D] . W_down[e]      -> dh_raw [S, F] (MX along D)
+              grad_gate_up    dGU [S, 2F] . W_gate_up[e]        -> dx_slots [S, D] (MX along 2F)
+              weight_grad     (w*dY)^T h, dGU^T x[token] per segment -> dW_down, dW_gate_up
+                              (MX along the slots)
+
+The backend (the one dispatch point, `_backend`): kernels.grouped_gemm (Triton) on
+CUDA or under TRITON_INTERPRET=1, else TorchGemms below (dequantize the MX operands,
+fp32 matmuls per expert segment with torch._grouped_mm). Routing, permute and combine
+are shape-static torch ops, so the Triton path never waits on the host. TorchGemms is
+meant for CPU: on a CUDA tensor (only if kernels.grouped_gemm were missing) its
+segment loop reads the offsets on the host.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+from torch import Tensor
+
+from kernels import mx_torch, reference, use_triton
+from kernels.reference import MxWeight
+from kernels.routing import Routing, combine, gather_rows, permute, route
+
+# ------------------------------------------------------------------- torch backend
+
+_HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")  # a private op (torch >= 2.8); else a loop
+
+
+def _segment_mm(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
+    """a [S, K] fp32, b [E, K, N] fp32 -> [S, N]: rows of segment e times b[e] (rows
+    past offsets[E] are zero). torch._grouped_mm takes the offsets on the device; the
+    fallback loops over the experts (and reads offsets on the host)."""
+    if _HAS_GROUPED_MM and a.device.type == "cpu":
+        out = torch._grouped_mm(a, b, offsets[1:].to(torch.int32))
+        owned = torch.arange(a.shape[0], device=a.device) < offsets[-1]
+        return torch.where(owned[:, None], out, 0.0)
+    out = a.new_zeros(a.shape[0], b.shape[2])
+    bounds = offsets.tolist()
+    for e in range(b.shape[0]):
+        lo, hi = bounds[e], bounds[e + 1]
+        if hi > lo:
+            out[lo:hi] = a[lo:hi] @ b[e]
+    return out
+
+
+def _segment_outer(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
+    """a [S, M], b [S, N] -> [E, M, N]: sum over the slots of segment e of a_i^T b_i."""
+    if _HAS_GROUPED_MM and a.device.type == "cpu":
+        return torch._grouped_mm(a.T.contiguous(), b, offsets[1:].to(torch.int32))
+    bounds = offsets.tolist()
+    return torch.stack(
+        [
+            a[bounds[e] : bounds[e + 1]].T @ b[bounds[e] : bounds[e + 1]]
+            for e in range(len(bounds) - 1)
+        ]
+    )
+
+
+def _dq(q: Tensor, s: Tensor, dim: int = -1) -> Tensor:
+    return mx_torch.dequantize(q, s, dim)
+
+
+class TorchGemms:
+    """The grouped GEMMs of kernels.grouped_gemm, in torch: dequantize, fp32 matmul."""
+
+    quantize = staticmethod(mx_torch.quantize)
+    dequantize = staticmethod(mx_torch.dequantize)
+
+    @staticmethod
+    def gate_up_swiglu(x_q, x_s, token, offsets, w_q, w_s, *, save_preact: bool):
+        x = gather_rows(_dq(x_q, x_s), token)  # [S, D]
+        gu = _segment_mm(x, _dq(w_q, w_s).transpose(1, 2), offsets)  # [S, 2F]
+        g, u = gu.chunk(2, dim=1)
+        h_q, h_s = mx_torch.quantize(torch.nn.functional.silu(g) * u, -1)  # [S, F]
+        return h_q, h_s, (gu if save_preact else None)
+
+    @staticmethod
+    def down_weighted(h_q, h_s, w_q, w_s, offsets, weight):
+        out = _segment_mm(_dq(h_q, h_s), _dq(w_q, w_s).transpose(1, 2), offsets)  # [S, D]
+        return out * weight[:, None]
+
+    @staticmethod
+    def grad_down(dy_slots_q, dy_slots_s, w_q_colwise, w_s_colwise, offsets):
+        w = _dq(w_q_colwise, w_s_colwise, dim=1)  # [E, D, F]
+        return _segment_mm(_dq(dy_slots_q, dy_slots_s), w, offsets)  # [S, F]
+
+    @staticmethod
+    def grad_gate_up(dgu_q, dgu_s, w_q_colwise, w_s_colwise, offsets):
+        w = _dq(w_q_colwise, w_s_colwise, dim=1)  # [E, 2F, D]
+        return _segment_mm(_dq(dgu_q, dgu_s), w, offsets)  # [S, D]
+
+    @staticmethod
+    def weight_grad(a_q_colwise, a_s_colwise, b_q_colwise, b_s_colwise, offsets, num_experts):
+        a = _dq(a_q_colwise, a_s_colwise, dim=0)  # [S, M]
+        b = _dq(b_q_colwise, b_s_colwise, dim=0)  # [S, N]
+        return _segment_outer(a, b, offsets)  # [E, M, N], E = num_experts = len(offsets) - 1
+
+
+# ------------------------------------------------------------------- dispatch (the one place)
+
+
+def _backend(*tensors: Tensor):
+    """Triton (kernels.grouped_gemm + the Triton quantize) on CUDA or under
+    TRITON_INTERPRET=1 once kernels/grouped_gemm.py exists; else TorchGemms."""
+    if not use_triton(*tensors):
+        return TorchGemms
+    try:
+        from kernels import grouped_gemm
+    except ModuleNotFoundError as exc:
+        if exc.name != "kernels.grouped_gemm":
+            raise
+        return TorchGemms
+    import kernels  # the public quantize ops dispatch to Triton under the same rule
+
+    return SimpleNamespace(
+        quantize=kernels.mx_quantize,
+        dequantize=kernels.mx_dequantize,
+        gate_up_swiglu=grouped_gemm.gate_up_swiglu,
+        down_weighted=grouped_gemm.down_weighted,
+        grad_down=grouped_gemm.grad_down,
+        grad_gate_up=grouped_gemm.grad_gate_up,
+        weight_grad=grouped_gemm.weight_grad,
+    )
+
+
+# ------------------------------------------------------------------- autograd Function
+
+
+def _permute_mx(q: Tensor, s: Tensor, r: Routing) -> tuple[Tensor, Tensor]:
+    """Row-wise MX rows [T, D] and scales [T, D // 32] -> the slot layout (padding: 0)."""
+    return permute(q, r), permute(s, r)
+
+
+class MoEFFN(torch.autograd.Function):
+    """Forward and backward as kernels.reference._MoEMX defines them, on the slot layout."""
+
+    @staticmethod
+    def forward(ctx, x, topk_weights, topk_ids, w_gate_up, w_down, wgu_q, wgu_s, wd_q, wd_s):
+        T, E = x.shape[0], (wgu_q if wgu_q is not None else w_gate_up).shape[0]
+        ops = _backend(x)
+        r = route(topk_ids, topk_weights, E)
+        given_q = (wgu_q, wgu_s, wd_q, wd_s)  # kept for backward only when pre-quantized
+        if wgu_q is None:
+            wgu_q, wgu_s = ops.quantize(w_gate_up, -1)  # [E, 2F, D] along D
+        if wd_q is None:
+            wd_q, wd_s = ops.quantize(w_down, -1)  # [E, D, F] along F
+        x_q, x_s = ops.quantize(x, -1)  # [T, D] along D
+        h_q, h_s, preact = ops.gate_up_swiglu(
+            x_q, x_s, r.token, r.offsets, wgu_q, wgu_s, save_preact=any(ctx.needs_input_grad)
+        )
+        out_slots = ops.down_weighted(h_q, h_s, wd_q, wd_s, r.offsets, r.weight)  # [S, D]
+        y = combine(out_slots, r, T)  # [T, D]
+
+        ctx.save_for_backward(
+            x, r.token, r.pair, r.weight, r.offsets, r.slot, preact, w_gate_up, w_down, *given_q
+        )
+        ctx.dtypes = (x.dtype, topk_weights.dtype)
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x, token, pair, weight, offsets, slot, preact, w_gate_up, w_down,
+         wgu_q, wgu_s, wd_q, wd_s) = ctx.saved_tensors  # fmt: skip
+        r = Routing(token=token, pair=pair, weight=weight, offsets=offsets, slot=slot)
+        T, E = x.shape[0], offsets.shape[0] - 1
+        ops = _backend(dy)
+        need_x, need_tw, _, need_wgu, need_wd = ctx.needs_input_grad[:5]
+
+        def weight_copy(w: Tensor | None, q: Tensor, s: Tensor) -> Tensor:
+            """The fp weights for a backward copy (dequantized when given quantized)."""
+            return w if w is not None else ops.dequantize(q, s, -1)
+
+        # dh_raw = dY[token] @ W_down[e] with both MX along D.
+        dy = dy.float()
+        dy_q, dy_s = ops.quantize(dy, -1)  # [T, D]
+        wd_cq, wd_cs = ops.quantize(weight_copy(w_down, wd_q, wd_s), 1)  # [E, D, F] along D
+        dh_raw = ops.grad_down(*_permute_mx(dy_q, dy_s, r), wd_cq, wd_cs, offsets)  # [S, F]
+
+        # SwiGLU backward from the fp32 pre-activations; the router's gradient.
+        g, u = preact.chunk(2, dim=1)  # [S, F] each
+        sg = torch.sigmoid(g)
+        silu = g * sg
+        h = silu * u  # [S, F]
+        d_weight = (dh_raw * h).sum(-1)  # [S]: <dY[t], W_down[e] h>
+        dh = dh_raw * weight[:, None]
+        dgu = torch.cat([dh * u * sg * (1 + g * (1 - sg)), dh * silu], dim=1)  # [S, 2F]
+
+        dx = dtw = dwg = dwd = None
+        if need_x:
+            wgu_cq, wgu_cs = ops.quantize(weight_copy(w_gate_up, wgu_q, wgu_s), 1)  # along 2F
+            dx_slots = ops.grad_gate_up(*ops.quantize(dgu, -1), wgu_cq, wgu_cs, offsets)
+            dx = combine(dx_slots, r, T).to(ctx.dtypes[0])  # [T, D]
+        if need_tw:
+            dtw = d_weight.index_select(0, slot.reshape(-1)).view_as(slot).to(ctx.dtypes[1])
+        if need_wgu:
+            x_slots = permute(x.float(), r)  # [S, D]
+            dwg = ops.weight_grad(*ops.quantize(dgu, 0), *ops.quantize(x_slots, 0), offsets, E)
+            dwg = dwg.to(w_gate_up.dtype)  # [E, 2F, D]
+        if need_wd:
+            do = permute(dy, r) * weight[:, None]  # [S, D]: d(unweighted down output)
+            dwd = ops.weight_grad(*ops.quantize(do, 0), *ops.quantize(h, 0), offsets, E)
+            dwd = dwd.to(w_down.dtype)  # [E, D, F]
+        return dx, dtw, None, dwg, dwd, None, None, None, None
+
+
+def moe_ffn(
+    x: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    w_gate_up: MxWeight,
+    w_down: MxWeight,
+) -> Tensor:
+    """SwiGLU experts on MXFP8 (see the module docstring and kernels.reference.moe_ffn).
+
+    x [T, D], topk_weights [T, k], topk_ids [T, k] int, w_gate_up [E, 2F, D] (gate rows
+    first), w_down [E, D, F]: full-precision weights (quantized here, and given
+    gradients), or pre-quantized (q, scales) pairs MX along the last dim (for
+    sampling; no gradient). D and F multiples of 32. Returns y [T, D] in x's dtype.
+    """
+    reference.moe_shapes(x, topk_weights, topk_ids, w_gate_up, w_down)  # clear errors
+    wgu_q, wgu_s = w_gate_up if isinstance(w_gate_up, tuple) else (None, None)
+    wd_q, wd_s = w_down if isinstance(w_down, tuple) else (None, None)
+    return MoEFFN.apply(
+        x,
+        topk_weights,
+        topk_ids,
+        None if wgu_q is not None else w_gate_up,
+        None if wd_q is not None else w_down,
+        wgu_q,
+        wgu_s,
+        wd_q,
+        wd_s,
+    )

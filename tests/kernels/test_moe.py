@@ -1,0 +1,243 @@
+"""kernels.moe_ffn against its twin kernels.reference.moe_ffn, and both against the
+unquantized fp32 model (issue 5's error budgets). Every test takes the torch path
+(the `torch_path` fixture of tests/conftest.py) except the `triton_device` ones,
+which run kernels.grouped_gemm: on a GPU, or under the Triton interpreter that
+tests/conftest.py turns on when there is none."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from kernels import moe, reference
+from kernels.moe import moe_ffn
+
+# Read at import, before any fixture changes it (conftest set it before triton loaded).
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.fixture(autouse=True)
+def _torch_path_by_default(torch_path: None) -> None:
+    """TRITON_INTERPRET=0: the plain-torch path (triton_device turns Triton back on)."""
+
+
+@pytest.fixture
+def triton_device(monkeypatch: pytest.MonkeyPatch) -> str:
+    if INTERPRET:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        return "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    pytest.skip("needs a GPU or TRITON_INTERPRET=1 (set by tests/conftest.py)")
+
+
+# (T, k, E, D, F): k = 1, T = 1, E larger than T * k, a token count that is not a
+# multiple of 32, d_ff != d_model.
+SHAPES = [(64, 2, 4, 64, 96), (1, 1, 4, 32, 32), (3, 2, 16, 32, 64), (45, 1, 3, 96, 32)]
+
+
+def cos(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.nn.functional.cosine_similarity(
+        a.flatten().double(), b.flatten().double(), 0
+    ).item()
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def problem(T: int, k: int, E: int, D: int, F: int, seed: int = 0) -> dict[str, torch.Tensor]:
+    """Gaussian tokens, softmax-top-k routing, weights scaled to keep unit activations."""
+    torch.manual_seed(seed)
+    weights, ids = torch.softmax(torch.randn(T, E), dim=-1).topk(k, dim=-1)
+    return {
+        "x": torch.randn(T, D),
+        "topk_weights": weights,
+        "topk_ids": ids,
+        "w_gate_up": torch.randn(E, 2 * F, D) / D**0.5,
+        "w_down": torch.randn(E, D, F) / F**0.5,
+    }
+
+
+GRAD_NAMES = ("x", "topk_weights", "w_gate_up", "w_down")
+
+
+def run(fn, p: dict[str, torch.Tensor], dy: torch.Tensor, **kw) -> tuple[torch.Tensor, dict]:
+    """Output and the gradients of x, topk_weights, w_gate_up and w_down for y.backward(dy)."""
+    leaves = {n: t.detach().clone().requires_grad_(n in GRAD_NAMES) for n, t in p.items()}
+    y = fn(**leaves, **kw)
+    y.backward(dy)
+    return y.detach(), {n: leaves[n].grad for n in GRAD_NAMES}
+
+
+@pytest.mark.parametrize(("T", "k", "E", "D", "F"), SHAPES)
+def test_forward_and_backward_match_the_reference(T: int, k: int, E: int, D: int, F: int) -> None:
+    p = problem(T, k, E, D, F)
+    dy = torch.randn(T, D)
+    y, grads = run(moe_ffn, p, dy)
+    y_ref, grads_ref = run(reference.moe_ffn, p, dy)
+    assert y.shape == (T, D) and y.dtype == torch.float32
+    assert rel(y, y_ref) < 1e-5
+    for name in GRAD_NAMES:
+        assert grads[name].shape == p[name].shape, name
+        assert rel(grads[name], grads_ref[name]) < 1e-5, name
+
+
+@pytest.mark.parametrize(("T", "k", "E", "D", "F"), [(128, 2, 4, 64, 96), (96, 4, 8, 128, 64)])
+def test_error_against_unquantized_fp32(T: int, k: int, E: int, D: int, F: int) -> None:
+    p = problem(T, k, E, D, F, seed=1)
+    dy = torch.randn(T, D)
+    y, grads = run(moe_ffn, p, dy)
+    y32, grads32 = run(reference.moe_ffn, p, dy, quantize=False)
+    assert rel(y, y32) < 0.08  # four MX operands, each about 2-3 %
+    for name in GRAD_NAMES:
+        assert cos(grads[name], grads32[name]) > 0.99, name
+
+
+def test_unquantized_reference_is_the_obvious_loop() -> None:
+    """The fp32 twin against a per-(token, choice) loop written from the formula."""
+    p = problem(6, 2, 3, 32, 32, seed=2)
+    y = reference.moe_ffn(**p, quantize=False)
+    F = p["w_down"].shape[2]
+    expected = torch.zeros_like(p["x"])
+    for t in range(6):
+        for j in range(2):
+            e = int(p["topk_ids"][t, j])
+            gu = p["w_gate_up"][e] @ p["x"][t]
+            h = torch.nn.functional.silu(gu[:F]) * gu[F:]
+            expected[t] += p["topk_weights"][t, j] * (p["w_down"][e] @ h)
+    assert torch.allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_quantized_reference_quantizes_the_four_operands() -> None:
+    """quantize=True differs from the fp32 model run on MX copies of x and the weights
+    only by the quantization of h: a few per cent, not zero."""
+    p = problem(16, 1, 2, 32, 32, seed=3)
+    mx = reference.mx_round_trip
+    manual = reference.moe_ffn(
+        mx(p["x"]),
+        p["topk_weights"],
+        p["topk_ids"],
+        mx(p["w_gate_up"]),
+        mx(p["w_down"]),
+        quantize=False,
+    )
+    y = reference.moe_ffn(**p)
+    assert 0 < rel(y, manual) < 0.05  # only h's quantization differs
+
+
+def test_twice_is_bit_identical() -> None:
+    p = problem(64, 2, 4, 64, 96, seed=4)
+    dy = torch.randn(64, 64)
+    y1, g1 = run(moe_ffn, p, dy)
+    y2, g2 = run(moe_ffn, p, dy)
+    assert torch.equal(y1, y2)
+    for name in GRAD_NAMES:
+        assert torch.equal(g1[name], g2[name]), name
+
+
+def test_segment_loop_fallback_matches_grouped_mm(monkeypatch: pytest.MonkeyPatch) -> None:
+    p = problem(40, 2, 6, 64, 32, seed=5)
+    dy = torch.randn(40, 64)
+    y1, g1 = run(moe_ffn, p, dy)
+    monkeypatch.setattr(moe, "_HAS_GROUPED_MM", False)
+    y2, g2 = run(moe_ffn, p, dy)
+    assert rel(y2, y1) < 1e-6
+    for name in GRAD_NAMES:
+        assert rel(g2[name], g1[name]) < 1e-6, name
+
+
+def test_prequantized_weights_give_the_same_forward() -> None:
+    p = problem(32, 2, 4, 64, 64, seed=6)
+    wgu = reference.mx_quantize(p["w_gate_up"], -1)
+    wd = reference.mx_quantize(p["w_down"], -1)
+    y = moe_ffn(**p)
+    pre = {**p, "w_gate_up": wgu, "w_down": wd}
+    assert torch.equal(moe_ffn(**pre), y)
+    assert torch.equal(reference.moe_ffn(**pre), reference.moe_ffn(**p))
+    # Sampling needs no gradient, but x and the router still get one.
+    x = p["x"].clone().requires_grad_()
+    tw = p["topk_weights"].clone().requires_grad_()
+    dy = torch.randn_like(x)
+    moe_ffn(x, tw, p["topk_ids"], wgu, wd).backward(dy)
+    x_ref = p["x"].clone().requires_grad_()
+    tw_ref = p["topk_weights"].clone().requires_grad_()
+    reference.moe_ffn(x_ref, tw_ref, p["topk_ids"], wgu, wd).backward(dy)
+    assert rel(x.grad, x_ref.grad) < 1e-5 and rel(tw.grad, tw_ref.grad) < 1e-5
+
+
+def test_only_the_gradients_asked_for() -> None:
+    p = problem(16, 2, 4, 32, 32, seed=7)
+    x = p["x"].clone().requires_grad_()
+    w_down = p["w_down"].clone().requires_grad_()
+    moe_ffn(x, p["topk_weights"], p["topk_ids"], p["w_gate_up"], w_down).sum().backward()
+    assert x.grad is not None and w_down.grad is not None
+    with torch.no_grad():
+        assert torch.equal(moe_ffn(**p), reference.moe_ffn(**p))
+
+
+def test_bfloat16_inputs() -> None:
+    p = problem(32, 2, 4, 64, 32, seed=8)
+    p16 = {n: (t.bfloat16() if t.is_floating_point() else t) for n, t in p.items()}
+    dy = torch.randn(32, 64).bfloat16()
+    y, grads = run(moe_ffn, p16, dy)
+    y_ref, grads_ref = run(reference.moe_ffn, p16, dy)
+    assert y.dtype == torch.bfloat16
+    assert rel(y, y_ref) < 1e-2  # the same fp32 result, rounded to bf16
+    for name in GRAD_NAMES:
+        assert grads[name].dtype == torch.bfloat16, name
+        assert rel(grads[name], grads_ref[name]) < 1e-2, name
+
+
+def test_the_torch_backend_runs_on_plain_cpu() -> None:
+    assert moe._backend(torch.zeros(1)) is moe.TorchGemms
+
+
+# (T, k, E, D, F) for the Triton path: an empty expert, a segment longer than one
+# 64-row interpreter tile, d_ff != d_model, a token choosing one expert twice.
+TRITON_SHAPES = [(40, 2, 5, 64, 32), (3, 1, 4, 32, 64)]
+
+
+@pytest.mark.parametrize(("T", "k", "E", "D", "F"), TRITON_SHAPES)
+def test_triton_path_matches_the_reference(
+    triton_device: str, T: int, k: int, E: int, D: int, F: int
+) -> None:
+    p = problem(T, k, E, D, F, seed=9)
+    p["topk_ids"] = torch.where(p["topk_ids"] == 1, 0, p["topk_ids"])  # expert 1 gets nothing
+    dy = torch.randn(T, D)
+    assert moe._backend(torch.zeros(1, device=triton_device)) is not moe.TorchGemms
+    on_device = {n: t.to(triton_device) for n, t in p.items()}
+    y, grads = run(moe_ffn, on_device, dy.to(triton_device))
+    y_ref, grads_ref = run(reference.moe_ffn, p, dy)
+    assert rel(y.cpu(), y_ref) < 1e-5
+    for name in GRAD_NAMES:
+        assert rel(grads[name].cpu(), grads_ref[name]) < 1e-5, name
+
+
+@pytest.mark.parametrize("fn", [moe_ffn, reference.moe_ffn], ids=["kernels", "reference"])
+def test_bad_arguments_are_refused(fn) -> None:
+    p = problem(4, 2, 4, 64, 32)
+
+    def call(**changes):
+        return fn(**{**p, **changes})
+
+    with pytest.raises(ValueError, match="multiples of 32"):
+        call(x=torch.randn(4, 48), w_gate_up=torch.randn(4, 64, 48), w_down=torch.randn(4, 48, 32))
+    with pytest.raises(ValueError, match="multiples of 32"):
+        call(w_gate_up=torch.randn(4, 40, 64), w_down=torch.randn(4, 64, 20))
+    with pytest.raises(ValueError, match=r"must lie in \[0, 4\)"):
+        call(topk_ids=torch.tensor([[0, 1], [2, 3], [4, 0], [1, 2]]))
+    with pytest.raises(ValueError, match="4 experts but w_down has 5"):
+        call(w_down=torch.randn(5, 64, 32))
+    with pytest.raises(ValueError, match="d_model 64"):
+        call(w_down=torch.randn(4, 32, 32))
+    with pytest.raises(ValueError, match="2 \\* d_ff"):
+        call(w_gate_up=torch.randn(4, 96, 64))
+    with pytest.raises(ValueError, match="must match"):
+        call(topk_weights=torch.ones(4, 3))
+    with pytest.raises(ValueError, match=r"\[T, D\]"):
+        call(x=torch.randn(4, 2, 32))
+    with pytest.raises(ValueError, match="not MX-quantized"):
+        call(w_down=(p["w_down"].to(torch.float8_e4m3fn), torch.zeros(4, 64, 2, dtype=torch.uint8)))
