@@ -11,7 +11,7 @@ CPU (always; the torch path of kernels.moe_ffn, as a CPU-only user gets it):
    anchor). Ratios are anchor time / kernels time (> 1: kernels faster). Also the
    forward's relative error against the anchor (it is unquantized fp32).
 2. mx_quantize throughput (GB/s = bytes read + written per second) of the public op
-   and of the torch backend's quantize (kernels.mx_torch.quantize), against a
+   and of the bit-level reference (kernels.reference.mx_quantize), against a
    plain fp32 -> fp8 cast of the same tensor.
 
 CUDA (only when torch.cuda.is_available(); issue 5's shape: 16k tokens, 64 experts,
@@ -45,7 +45,7 @@ import torch.nn.functional as torch_f
 
 import kernels
 from bench import common
-from kernels import moe, mx_torch, reference
+from kernels import moe, reference
 from kernels.routing import combine, permute, route
 
 CPU_SIZES = ((256, 8), (1024, 16))  # (tokens, experts)
@@ -226,8 +226,8 @@ def bench_cpu_quantize(rows: int, cols: int, repeats: int) -> dict[str, Any]:
         {
             "public_rowwise": lambda: kernels.mx_quantize(x, -1),
             "public_colwise": lambda: kernels.mx_quantize(x, 0),
-            "torch_backend_rowwise": lambda: mx_torch.quantize(x, -1),
-            "torch_backend_colwise": lambda: mx_torch.quantize(x, 0),
+            "reference_rowwise": lambda: reference.mx_quantize(x, -1),
+            "reference_colwise": lambda: reference.mx_quantize(x, 0),
             "cast_fp8": lambda: x.to(torch.float8_e4m3fn),
         },
         repeats,
@@ -419,10 +419,10 @@ def summarize(cpu_layers: list[dict], quant: dict, cuda: dict | None) -> dict[st
         "cpu_fwd_bwd_speedup_vs_naive": head["fwd_bwd_speedup_vs_naive"],
         "cpu_fwd_rel_error_vs_fp32": head["fwd_rel_error_vs_fp32"],
         "cpu_quantize_gbps": g["public_rowwise"],
-        "cpu_quantize_torch_backend_gbps": g["torch_backend_rowwise"],
+        "cpu_quantize_reference_gbps": g["reference_rowwise"],
         "cpu_cast_gbps": g["cast_fp8"],
         "cpu_quantize_vs_cast": round(g["public_rowwise"] / g["cast_fp8"], 3),
-        "cpu_quantize_torch_backend_vs_cast": round(g["torch_backend_rowwise"] / g["cast_fp8"], 3),
+        "cpu_quantize_reference_vs_cast": round(g["reference_rowwise"] / g["cast_fp8"], 3),
         "cuda_ran": cuda is not None,
     }
     q = (cuda or {}).get("quantize", {})
@@ -462,7 +462,7 @@ def one_line(summary: dict[str, Any]) -> str:
         f"{summary['cpu_fwd_bwd_speedup_vs_naive']:.2f}x the naive fp32 loop "
         f"(rel err {summary['cpu_fwd_rel_error_vs_fp32']:.3f}); quantize "
         f"{summary['cpu_quantize_gbps']:.2f} GB/s public, "
-        f"{summary['cpu_quantize_torch_backend_gbps']:.2f} GB/s torch backend "
+        f"{summary['cpu_quantize_reference_gbps']:.2f} GB/s reference "
         f"(cast {summary['cpu_cast_gbps']:.2f}); "
     )
     if not summary["cuda_ran"]:

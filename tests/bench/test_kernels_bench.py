@@ -59,8 +59,8 @@ def test_main_prints_one_json_document(capsys: pytest.CaptureFixture) -> None:
     assert set(quant["gbps"]) == {
         "public_rowwise",
         "public_colwise",
-        "torch_backend_rowwise",
-        "torch_backend_colwise",
+        "reference_rowwise",
+        "reference_colwise",
         "cast_fp8",
     }
     summary = result["summary"]
@@ -71,10 +71,10 @@ def test_main_prints_one_json_document(capsys: pytest.CaptureFixture) -> None:
         "cpu_fwd_bwd_speedup_vs_naive",
         "cpu_fwd_rel_error_vs_fp32",
         "cpu_quantize_gbps",
-        "cpu_quantize_torch_backend_gbps",
+        "cpu_quantize_reference_gbps",
         "cpu_cast_gbps",
         "cpu_quantize_vs_cast",
-        "cpu_quantize_torch_backend_vs_cast",
+        "cpu_quantize_reference_vs_cast",
     ):
         assert positive(summary[key]), key
     assert summary["cuda_ran"] is False
@@ -87,7 +87,7 @@ def test_cuda_summary_from_a_made_up_section() -> None:
     layer.update(
         fwd_speedup_vs_naive=1.0, sampling_fwd_speedup_vs_naive=1.0, fwd_bwd_speedup_vs_naive=1.0
     )
-    quant = {"gbps": dict.fromkeys(("public_rowwise", "torch_backend_rowwise", "cast_fp8"), 1.0)}
+    quant = {"gbps": dict.fromkeys(("public_rowwise", "reference_rowwise", "cast_fp8"), 1.0)}
     cuda = {
         "quantize": {"tbps": {"rowwise": 3.2}},
         "gemms": {"error": "RuntimeError: no kernel"},
