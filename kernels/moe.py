@@ -231,16 +231,5 @@ def moe_ffn(
     sampling; no gradient). D and F multiples of 32. Returns y [T, D] in x's dtype.
     """
     reference.moe_shapes(x, topk_weights, topk_ids, w_gate_up, w_down)  # clear errors
-    wgu_q, wgu_s = w_gate_up if isinstance(w_gate_up, tuple) else (None, None)
-    wd_q, wd_s = w_down if isinstance(w_down, tuple) else (None, None)
-    return MoEFFN.apply(
-        x,
-        topk_weights,
-        topk_ids,
-        None if wgu_q is not None else w_gate_up,
-        None if wd_q is not None else w_down,
-        wgu_q,
-        wgu_s,
-        wd_q,
-        wd_s,
-    )
+    weights = reference.function_weights(w_gate_up, w_down)
+    return MoEFFN.apply(x, topk_weights, topk_ids, *weights)

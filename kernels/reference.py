@@ -155,6 +155,22 @@ def mx_quantize_dual(
 MxWeight = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # fp weights, or (q, scales)
 
 
+def function_weights(w_gate_up: MxWeight, w_down: MxWeight) -> tuple:
+    """The weights as the MoE autograd Functions take them: (w_gate_up, w_down,
+    wgu_q, wgu_s, wd_q, wd_s), full-precision ones or (q, scales) pairs, None for the
+    other form (autograd Functions take tensors, not tuples)."""
+    wgu_q, wgu_s = w_gate_up if isinstance(w_gate_up, tuple) else (None, None)
+    wd_q, wd_s = w_down if isinstance(w_down, tuple) else (None, None)
+    return (
+        None if wgu_q is not None else w_gate_up,
+        None if wd_q is not None else w_down,
+        wgu_q,
+        wgu_s,
+        wd_q,
+        wd_s,
+    )
+
+
 def mx_round_trip(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """The fp32 values an MX operand blocked along `dim` holds: dequantize(quantize(x))."""
     return mx_dequantize(*mx_quantize(x, dim), dim=dim)
@@ -373,19 +389,7 @@ def moe_ffn(
     T, k, _, _, E = moe_shapes(x, topk_weights, topk_ids, w_gate_up, w_down)
     check_expert_ids(topk_ids, E)
     if quantize:
-        wgu_q, wgu_s = w_gate_up if isinstance(w_gate_up, tuple) else (None, None)
-        wd_q, wd_s = w_down if isinstance(w_down, tuple) else (None, None)
-        return _MoEMX.apply(
-            x,
-            topk_weights,
-            topk_ids,
-            None if wgu_q is not None else w_gate_up,
-            None if wd_q is not None else w_down,
-            wgu_q,
-            wgu_s,
-            wd_q,
-            wd_s,
-        )
+        return _MoEMX.apply(x, topk_weights, topk_ids, *function_weights(w_gate_up, w_down))
     ids = topk_ids.reshape(-1).long()
     tok = torch.arange(T, device=x.device).repeat_interleave(k)
     wgu = _weight_values(w_gate_up, False)
