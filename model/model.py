@@ -1,0 +1,389 @@
+"""The Qwen3-MoE transformer, gpt-fast style: one file, a dataclass config, shapes in
+comments. Notation: B batch, L new tokens, S cache length, D hidden, H query heads,
+KV key/value heads, hd head_dim, E experts, k experts per token, F expert d_ff, V vocab,
+T = B * L tokens.
+
+Module names follow the Hugging Face checkpoint (minus its "model." prefix), so that
+model.hf maps names one to one except for the stacked experts.
+
+precision:
+  "fp32"   every weight full precision and nothing quantized in the expert path (an
+           fp32 SwiGLU loop): the parity baseline.
+  "mxfp8"  experts through kernels.moe_ffn: full-precision nn.Parameters quantized inside
+           the kernel (training), or, after `quantize_experts()`, pre-quantized (q, scales)
+           buffers (sampling; no gradient to the experts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+import kernels
+from model.config import ModelConfig
+
+PRECISIONS = ("fp32", "mxfp8")
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def rope_cos_sin(positions: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
+    """positions [B, L] -> cos, sin [B, L, hd] (fp32; rotate_half layout: halves repeat)."""
+    inv_freq = 1.0 / (
+        theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
+    )  # [hd/2]
+    freqs = positions.float()[..., None] * inv_freq  # [B, L, hd/2]
+    emb = torch.cat([freqs, freqs], dim=-1)  # [B, L, hd]
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([-x2, x1], dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x [B, n, L, hd], cos/sin [B, L, hd]."""
+    cos, sin = cos[:, None].to(x.dtype), sin[:, None].to(x.dtype)
+    return x * cos + rotate_half(x) * sin
+
+
+class KVCache(nn.Module):
+    """A static KV cache for every layer: k, v [layers, B, KV, S, hd]. Forward with a cache
+    writes the new keys/values at `positions` and attends over slots <= each position."""
+
+    def __init__(
+        self,
+        batch: int,
+        max_seq: int,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ):
+        super().__init__()
+        shape = (num_layers, batch, num_kv_heads, max_seq, head_dim)
+        self.register_buffer("k", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, dtype=dtype, device=device), persistent=False)
+
+    @property
+    def batch(self) -> int:
+        return self.k.shape[1]
+
+    @property
+    def max_seq(self) -> int:
+        return self.k.shape[3]
+
+    def update(self, layer: int, positions: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """positions [B, L], k/v [B, KV, L, hd] -> the layer's whole k, v [B, KV, S, hd]."""
+        B = k.shape[0]
+        rows = torch.arange(B, device=k.device)[:, None]  # [B, 1]
+        # advanced indices around a slice: the indexed view is [B, L, KV, hd]
+        self.k[layer][rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
+        self.v[layer][rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
+        return self.k[layer, :B], self.v[layer, :B]
+
+    def reset(self) -> None:
+        self.k.zero_()
+        self.v.zero_()
+
+
+class Attention(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int):
+        super().__init__()
+        D, H, KV, hd = (
+            config.hidden_size,
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
+        self.layer, self.n_head, self.n_kv, self.head_dim = layer, H, KV, hd
+        self.q_proj = nn.Linear(D, H * hd, bias=False)
+        self.k_proj = nn.Linear(D, KV * hd, bias=False)
+        self.v_proj = nn.Linear(D, KV * hd, bias=False)
+        self.o_proj = nn.Linear(H * hd, D, bias=False)
+        self.q_norm = RMSNorm(hd, config.rms_norm_eps)  # per head, before RoPE
+        self.k_norm = RMSNorm(hd, config.rms_norm_eps)
+
+    def forward(
+        self, x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, cache: KVCache | None
+    ) -> Tensor:
+        B, L, _ = x.shape
+        hd = self.head_dim
+        q = self.q_norm(self.q_proj(x).view(B, L, self.n_head, hd)).transpose(1, 2)  # [B,H,L,hd]
+        k = self.k_norm(self.k_proj(x).view(B, L, self.n_kv, hd)).transpose(1, 2)  # [B,KV,L,hd]
+        v = self.v_proj(x).view(B, L, self.n_kv, hd).transpose(1, 2)  # [B, KV, L, hd]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+        if cache is None:
+            mask, causal = None, True
+        else:
+            k, v = cache.update(self.layer, positions, k, v)  # [B, KV, S, hd]
+            slots = torch.arange(k.shape[2], device=x.device)
+            mask = slots[None, None, :] <= positions[:, :, None]  # [B, L, S]
+            mask, causal = mask[:, None], False  # [B, 1, L, S]
+        rep = self.n_head // self.n_kv
+        k = k.repeat_interleave(rep, dim=1).to(q.dtype)  # [B, H, S, hd]
+        v = v.repeat_interleave(rep, dim=1).to(q.dtype)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        return self.o_proj(y.transpose(1, 2).reshape(B, L, self.n_head * hd))
+
+
+class MLP(nn.Module):
+    """Dense SwiGLU (mlp_only_layers)."""
+
+    def __init__(self, hidden: int, ff: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, ff, bias=False)
+        self.up_proj = nn.Linear(hidden, ff, bias=False)
+        self.down_proj = nn.Linear(ff, hidden, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+def moe_ffn_fp32(
+    x: Tensor, topk_weights: Tensor, topk_ids: Tensor, w_gate_up: Tensor, w_down: Tensor
+) -> Tensor:
+    """Unquantized SwiGLU experts (kernels.moe_ffn's meaning without MX): x [T, D],
+    topk_weights/ids [T, k], w_gate_up [E, 2F, D], w_down [E, D, F] -> [T, D]."""
+    T, k = topk_ids.shape
+    ids = topk_ids.reshape(-1)  # [T*k]
+    tok = torch.arange(T, device=x.device).repeat_interleave(k)  # [T*k]
+    w = topk_weights.reshape(-1)
+    y = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
+    for e in torch.unique(ids).tolist():
+        sel = (ids == e).nonzero().squeeze(1)
+        t = tok[sel]
+        g, u = (x[t].float() @ w_gate_up[e].float().T).chunk(2, dim=-1)  # [n, F] each
+        out = (F.silu(g) * u) @ w_down[e].float().T  # [n, D]
+        y = y.index_add(0, t, out * w[sel, None].float())
+    return y.to(x.dtype)
+
+
+class MoE(nn.Module):
+    """Top-k softmax router and stacked SwiGLU experts."""
+
+    def __init__(self, config: ModelConfig, precision: str, quantized: bool = False):
+        super().__init__()
+        D, E, Fe = config.hidden_size, config.num_experts, config.moe_intermediate_size
+        self.top_k, self.norm_topk_prob, self.precision = (
+            config.num_experts_per_tok,
+            config.norm_topk_prob,
+            precision,
+        )
+        self.gate = nn.Linear(D, E, bias=False)  # router
+        self.quantized = quantized
+        if quantized:
+            self._mx_buffers(
+                torch.empty(E, 2 * Fe, D, dtype=torch.float8_e4m3fn),
+                torch.empty(E, 2 * Fe, D // 32, dtype=torch.uint8),
+                torch.empty(E, D, Fe, dtype=torch.float8_e4m3fn),
+                torch.empty(E, D, Fe // 32, dtype=torch.uint8),
+            )
+        else:
+            self.w_gate_up = nn.Parameter(torch.empty(E, 2 * Fe, D))  # gate rows first
+            self.w_down = nn.Parameter(torch.empty(E, D, Fe))
+
+    def _mx_buffers(self, gu_q: Tensor, gu_s: Tensor, d_q: Tensor, d_s: Tensor) -> None:
+        self.register_buffer("w_gate_up_q", gu_q)  # [E, 2F, D] float8_e4m3fn
+        self.register_buffer("w_gate_up_s", gu_s)  # [E, 2F, D/32] uint8 E8M0
+        self.register_buffer("w_down_q", d_q)  # [E, D, F]
+        self.register_buffer("w_down_s", d_s)  # [E, D, F/32]
+
+    @torch.no_grad()
+    def quantize_experts(self) -> None:
+        """Replace the expert Parameters by MXFP8 (q, scales) buffers (inference only)."""
+        if self.quantized:
+            return
+        gu = kernels.mx_quantize(self.w_gate_up.detach().float(), -1)
+        d = kernels.mx_quantize(self.w_down.detach().float(), -1)
+        del self.w_gate_up, self.w_down
+        self._mx_buffers(*gu, *d)
+        self.quantized = True
+
+    def expert_weights(self):
+        if self.quantized:
+            return (self.w_gate_up_q, self.w_gate_up_s), (self.w_down_q, self.w_down_s)
+        return self.w_gate_up, self.w_down
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, L, D] -> y [B, L, D], router logits [T, E], topk_ids [T, k]."""
+        B, L, D = x.shape
+        h = x.reshape(-1, D)  # [T, D]
+        logits = self.gate(h)  # [T, E]
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        topk_w, topk_ids = torch.topk(probs, self.top_k, dim=-1)  # [T, k]
+        if self.norm_topk_prob:
+            topk_w = topk_w / topk_w.sum(dim=-1, keepdim=True)
+        topk_w = topk_w.to(x.dtype)
+        w_gate_up, w_down = self.expert_weights()
+        if self.precision == "fp32":
+            if self.quantized:
+                w_gate_up = kernels.mx_dequantize(*w_gate_up)
+                w_down = kernels.mx_dequantize(*w_down)
+            y = moe_ffn_fp32(h, topk_w, topk_ids, w_gate_up, w_down)
+        else:
+            y = kernels.moe_ffn(h, topk_w, topk_ids, w_gate_up, w_down)
+        return y.view(B, L, D), logits, topk_ids
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, layer: int, precision: str, quantized: bool):
+        super().__init__()
+        self.is_moe = config.is_moe_layer(layer)
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.self_attn = Attention(config, layer)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        if self.is_moe:
+            self.mlp = MoE(config, precision, quantized)
+        else:
+            self.mlp = MLP(config.hidden_size, config.intermediate_size)
+
+    def forward(self, x, cos, sin, positions, cache):
+        """x [B, L, D] -> x [B, L, D], (router logits [T, E], topk_ids [T, k]) or None."""
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, cache)
+        h = self.post_attention_layernorm(x)
+        if self.is_moe:
+            y, logits, ids = self.mlp(h)
+            return x + y, (logits, ids)
+        return x + self.mlp(h), None
+
+
+@dataclass
+class ModelOutput:
+    logits: Tensor  # [B, L, V]
+    routing: Tensor | None = None  # topk_ids [moe layers, B, L, k]
+    aux_loss: Tensor | None = None  # scalar load-balancing loss (unscaled by the coef)
+
+
+class Model(nn.Module):
+    def __init__(self, config: ModelConfig, precision: str = "mxfp8", quantized: bool = False):
+        super().__init__()
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+        if precision == "mxfp8" or quantized:
+            config.check_mx()
+        self.config, self.precision = config, precision
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(
+            DecoderLayer(config, i, precision, quantized) for i in range(config.num_hidden_layers)
+        )
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        if not any(t.is_meta for t in self.parameters()):
+            self.apply(self._init_weights)
+
+    @staticmethod
+    @torch.no_grad()
+    def _init_weights(m: nn.Module) -> None:
+        if isinstance(m, nn.Linear | nn.Embedding):
+            m.weight.normal_(0.0, 0.02)
+        elif isinstance(m, MoE) and not m.quantized:
+            m.w_gate_up.normal_(0.0, 0.02)
+            m.w_down.normal_(0.0, 0.02)
+
+    @property
+    def quantized(self) -> bool:
+        return any(isinstance(m, MoE) and m.quantized for m in self.modules())
+
+    def quantize_experts(self) -> Model:
+        """Pre-quantize every expert weight to MXFP8 buffers (inference; sets mxfp8)."""
+        self.config.check_mx()
+        for m in self.modules():
+            if isinstance(m, MoE):
+                m.quantize_experts()
+                m.precision = "mxfp8"
+        self.precision = "mxfp8"
+        return self
+
+    def setup_cache(self, batch: int, max_seq: int, dtype: torch.dtype | None = None) -> KVCache:
+        c = self.config
+        if max_seq > c.max_position_embeddings:
+            raise ValueError(
+                f"max_seq {max_seq} > max_position_embeddings {c.max_position_embeddings}"
+            )
+        w = self.embed_tokens.weight
+        return KVCache(
+            batch, max_seq, c.num_hidden_layers, c.num_key_value_heads, c.head_dim,
+            dtype=dtype or w.dtype, device=w.device,
+        )  # fmt: skip
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        *,
+        return_routing: bool = False,
+        return_aux_loss: bool = False,
+    ) -> Tensor | ModelOutput:
+        """input_ids [B, L] -> logits [B, L, V]; a ModelOutput when routing or the aux loss
+        is asked for. positions [L] or [B, L] (default 0..L-1); with `cache` the new K/V are
+        written at `positions` and each token attends to cache slots <= its position."""
+        B, L = input_ids.shape
+        if positions is None:
+            positions = torch.arange(L, device=input_ids.device)
+        if positions.dim() == 1:
+            positions = positions[None].expand(B, L)  # [B, L]
+        if positions.shape != (B, L):
+            raise ValueError(f"positions {tuple(positions.shape)} must be [L] or [B={B}, L={L}]")
+        if cache is not None:
+            if cache.batch < B:
+                raise ValueError(f"batch {B} exceeds the cache's batch {cache.batch}")
+            if int(positions.max()) >= cache.max_seq:
+                raise ValueError(
+                    f"position {int(positions.max())} beyond cache length {cache.max_seq}"
+                )
+        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+
+        x = self.embed_tokens(input_ids)  # [B, L, D]
+        routers = []
+        for layer in self.layers:
+            x, r = layer(x, cos, sin, positions, cache)
+            if r is not None:
+                routers.append(r)
+        logits = self.lm_head(self.norm(x))  # [B, L, V]
+        if not (return_routing or return_aux_loss):
+            return logits
+        out = ModelOutput(logits=logits)
+        if return_routing:
+            k = self.config.num_experts_per_tok
+            ids = [ids.view(B, L, k) for _, ids in routers]
+            out.routing = torch.stack(ids) if ids else input_ids.new_zeros(0, B, L, k)
+        if return_aux_loss:
+            out.aux_loss = load_balancing_loss(routers, self.config.num_experts)
+        return out
+
+
+def load_balancing_loss(routers: list[tuple[Tensor, Tensor]], num_experts: int) -> Tensor:
+    """Switch/Qwen load balancing, averaged over MoE layers: E * sum_e f_e * P_e, with f_e
+    the fraction of the T*k routing choices sent to expert e and P_e the mean router
+    probability of e. 1.0 when perfectly balanced; differentiable through P."""
+    if not routers:
+        return torch.zeros(())
+    losses = []
+    for logits, ids in routers:  # [T, E], [T, k]
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        counts = torch.zeros(num_experts, device=ids.device).index_add_(
+            0, ids.reshape(-1), torch.ones(ids.numel(), device=ids.device)
+        )
+        f = counts / ids.numel()  # [E]
+        losses.append(num_experts * (f * probs.mean(0)).sum())
+    return torch.stack(losses).mean()
