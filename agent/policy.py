@@ -7,12 +7,14 @@ contract (DESIGN.md):
 - `openai:BASE_URL#MODEL`: any OpenAI-compatible chat-completions server (vLLM,
   llama.cpp, Ollama, `tachy model serve`); the key comes from TACHY_API_KEY or
   OPENAI_API_KEY when the server needs one;
-- `local:CHECKPOINT_DIR`: our own model in-process (it arrives with the model).
+- `local:CHECKPOINT_DIR`: our own model in-process (model.policy.LocalPolicy, imported
+  only when asked for).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 import os
 from collections.abc import AsyncIterator
@@ -221,6 +223,26 @@ class OpenAIPolicy:
         await self.client.aclose()
 
 
+def _local_policy(checkpoint_dir: str) -> Policy:
+    """model.policy.LocalPolicy, imported only here: the agent never imports torch (or
+    the model package) at import time."""
+    path = Path(checkpoint_dir).expanduser()
+    if not path.is_dir():
+        raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
+    if not (path / "manifest.json").is_file():
+        raise PolicyError(
+            f"local policy: {path} is not a tachy checkpoint (no manifest.json); "
+            "write one with model.save, or import a Hugging Face model with model.from_hf"
+        )
+    try:
+        module = importlib.import_module("model.policy")
+    except ImportError as exc:
+        raise PolicyError(
+            f"local policies need tachy's model package and torch, which cannot be imported: {exc}"
+        ) from None
+    return module.LocalPolicy(path)
+
+
 def load_policy(spec: str) -> Policy:
     """Build a policy from its spec string (see the module docstring)."""
     kind, sep, rest = spec.partition(":")
@@ -239,8 +261,5 @@ def load_policy(spec: str) -> Policy:
             )
         return OpenAIPolicy(base, model)
     if kind == "local":
-        raise PolicyError(
-            "local: policies run tachy's own model, which is not part of this build yet; "
-            "use openai:BASE_URL#MODEL with a model server, or replay:FILE.jsonl"
-        )
+        return _local_policy(rest)
     raise PolicyError(f"unknown policy kind {kind!r}; use replay:, openai: or local:")

@@ -1,0 +1,145 @@
+"""The `local:CHECKPOINT_DIR` policy: our model in-process, behind agent's Policy protocol.
+
+    policy = LocalPolicy("ckpt/", temperature=0.0, max_new_tokens=1024)
+    async for chunk in policy.stream([Message("user", "hi")], stop=["<tool_result"]):
+        ...
+    await policy.aclose()
+
+The checkpoint directory is one written by model.save; its tokenizer is the `tokenizer`
+option, else CHECKPOINT_DIR/tokenizer.json, else CHECKPOINT_DIR/tokenizer/. Generation
+runs on a worker thread (one at a time); text chunks reach the event loop through an
+asyncio queue fed with loop.call_soon_threadsafe. Closing or cancelling the iterator sets
+the engine's cancel event, so the worker stops at its next decode step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from agent.policy import Message, PolicyError
+from model.checkpoint import load
+from model.generate import Engine, Generation, SamplingParams
+from model.hf import CheckpointError
+from model.tokenizer import Tokenizer, TokenizerError
+
+_SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
+
+
+def find_tokenizer(checkpoint_dir: Path, tokenizer: str | Path | None = None) -> Tokenizer:
+    candidates = (
+        [Path(tokenizer)]
+        if tokenizer is not None
+        else [checkpoint_dir / "tokenizer.json", checkpoint_dir / "tokenizer"]
+    )
+    for path in candidates:
+        if path.is_file() or (path.is_dir() and (path / "tokenizer.json").is_file()):
+            try:
+                return Tokenizer.from_file(path)
+            except TokenizerError as exc:
+                raise PolicyError(f"local policy: bad tokenizer at {path}: {exc}") from None
+    raise PolicyError(
+        f"local policy: no tokenizer found (looked for {', '.join(map(str, candidates))}); "
+        "save one there with Tokenizer.save or pass tokenizer=PATH"
+    )
+
+
+class LocalPolicy:
+    """Options: tokenizer (path), device, max_batch, max_seq (Engine), and the sampling
+    defaults max_new_tokens, temperature, top_p, top_k, seed (SamplingParams)."""
+
+    def __init__(
+        self,
+        checkpoint_dir: str | Path,
+        *,
+        tokenizer: str | Path | None = None,
+        device: str = "cpu",
+        max_batch: int = 1,
+        max_seq: int = 4096,
+        max_new_tokens: int = 1024,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int | None = None,
+    ) -> None:
+        path = Path(checkpoint_dir).expanduser()
+        if not path.is_dir():
+            raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
+        tok = find_tokenizer(path, tokenizer)
+        try:
+            model = load(path, device=device)
+        except CheckpointError as exc:
+            raise PolicyError(f"local policy: cannot load {path}: {exc}") from None
+        if model.precision == "mxfp8" and not model.quantized:
+            model.quantize_experts()  # sampling takes pre-quantized experts
+        try:
+            self.engine = Engine(model, tok, max_batch=max_batch, max_seq=max_seq)
+        except ValueError as exc:
+            raise PolicyError(f"local policy: {exc}") from None
+        self.params = SamplingParams(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
+            seed=seed,
+        )  # fmt: skip
+        try:
+            self.params.check()
+        except ValueError as exc:
+            raise PolicyError(f"local policy: {exc}") from None
+        self.last_generation: Generation | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tachy-local")
+        self._workers: set[Future] = set()
+
+    async def stream(self, messages: list[Message], stop: list[str]) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue = asyncio.Queue()
+        cancel = threading.Event()
+        prompt = self.engine.chat_prompt([(m.role, m.content) for m in messages])
+        if len(prompt) >= self.engine.max_seq:
+            raise PolicyError(
+                f"the conversation is {len(prompt)} tokens; the local model holds at most "
+                f"{self.engine.max_seq - 1} prompt tokens"
+            )
+        params = replace(self.params, stop=[s for s in stop if s])
+
+        def put(item: object) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is gone: nobody is listening
+                cancel.set()
+
+        def on_token(_row: int, _token: int, text: str) -> None:
+            if text:
+                put(text)
+
+        def work() -> None:
+            try:
+                gen = self.engine.generate([prompt], params, on_token=on_token, cancel=cancel)
+                self.last_generation = gen[0]
+                put(gen[0])
+            except BaseException as exc:  # handed to the consumer
+                put(exc)
+
+        worker = self._executor.submit(work)
+        self._workers.add(worker)
+        worker.add_done_callback(self._workers.discard)
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, str):
+                    yield item
+                elif isinstance(item, BaseException):
+                    raise PolicyError(f"local model failed: {item}") from item
+                else:
+                    return
+        finally:
+            cancel.set()  # no-op when finished; stops the worker when abandoned
+
+    async def aclose(self) -> None:
+        """Wait for any worker still running (its generation was cancelled) and stop."""
+        pending = [asyncio.wrap_future(f) for f in list(self._workers)]
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
+        self._executor.shutdown(wait=False)
