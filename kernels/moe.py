@@ -17,7 +17,7 @@ top-k, E experts, d_model D and d_ff F:
 
 The backend (the one dispatch point, `_backend`): kernels.grouped_gemm (Triton) on
 CUDA or under TRITON_INTERPRET=1, else TorchGemms below (dequantize the MX operands,
-fp32 matmuls per expert segment with torch._grouped_mm). Routing, permute and combine
+fp32 matmuls per expert segment). Routing, permute and combine
 are shape-static torch ops, so the Triton path never waits on the host. TorchGemms is
 meant for CPU: on a CUDA tensor (only if kernels.grouped_gemm were missing) its
 segment loop reads the offsets on the host.
@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 import torch
 from torch import Tensor
+from torch.utils.weak import WeakIdKeyDictionary
 
 from kernels import mx_torch, reference, use_triton
 from kernels.reference import MxWeight
@@ -36,17 +37,11 @@ from kernels.routing import Routing, combine, gather_rows, permute, route
 
 # ------------------------------------------------------------------- torch backend
 
-_HAS_GROUPED_MM = hasattr(torch, "_grouped_mm")  # a private op (torch >= 2.8); else a loop
-
 
 def _segment_mm(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
     """a [S, K] fp32, b [E, K, N] fp32 -> [S, N]: rows of segment e times b[e] (rows
-    past offsets[E] are zero). torch._grouped_mm takes the offsets on the device; the
-    fallback loops over the experts (and reads offsets on the host)."""
-    if _HAS_GROUPED_MM and a.device.type == "cpu":
-        out = torch._grouped_mm(a, b, offsets[1:].to(torch.int32))
-        owned = torch.arange(a.shape[0], device=a.device) < offsets[-1]
-        return torch.where(owned[:, None], out, 0.0)
+    past offsets[E] are zero). A loop over the experts' non-empty segments: on CPU
+    (this path's home) it beats torch._grouped_mm, which is slow there, by far."""
     out = a.new_zeros(a.shape[0], b.shape[2])
     bounds = offsets.tolist()
     for e in range(b.shape[0]):
@@ -58,8 +53,6 @@ def _segment_mm(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
 
 def _segment_outer(a: Tensor, b: Tensor, offsets: Tensor) -> Tensor:
     """a [S, M], b [S, N] -> [E, M, N]: sum over the slots of segment e of a_i^T b_i."""
-    if _HAS_GROUPED_MM and a.device.type == "cpu":
-        return torch._grouped_mm(a.T.contiguous(), b, offsets[1:].to(torch.int32))
     bounds = offsets.tolist()
     return torch.stack(
         [
@@ -73,6 +66,24 @@ def _dq(q: Tensor, s: Tensor, dim: int = -1) -> Tensor:
     return mx_torch.dequantize(q, s, dim)
 
 
+# Dequantized expert weights, kept while their MX tensor lives: pre-quantized sampling
+# weights are the same tensors on every call, so each is dequantized once; weights
+# quantized inside a training step are new each step and their entry goes with them.
+_DEQUANTIZED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def _dq_weight(q: Tensor, s: Tensor, dim: int = -1) -> Tensor:
+    """_dq for expert weights, cached by q's identity (checked against the versions of
+    q and s, so an in-place change is never served stale)."""
+    stamp = (q._version, s.data_ptr(), s._version, dim)
+    hit = _DEQUANTIZED.get(q)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    w = _dq(q, s, dim)
+    _DEQUANTIZED[q] = (stamp, w)
+    return w
+
+
 class TorchGemms:
     """The grouped GEMMs of kernels.grouped_gemm, in torch: dequantize, fp32 matmul."""
 
@@ -82,24 +93,24 @@ class TorchGemms:
     @staticmethod
     def gate_up_swiglu(x_q, x_s, token, offsets, w_q, w_s, *, save_preact: bool):
         x = gather_rows(_dq(x_q, x_s), token)  # [S, D]
-        gu = _segment_mm(x, _dq(w_q, w_s).transpose(1, 2), offsets)  # [S, 2F]
+        gu = _segment_mm(x, _dq_weight(w_q, w_s).transpose(1, 2), offsets)  # [S, 2F]
         g, u = gu.chunk(2, dim=1)
         h_q, h_s = mx_torch.quantize(torch.nn.functional.silu(g) * u, -1)  # [S, F]
         return h_q, h_s, (gu if save_preact else None)
 
     @staticmethod
     def down_weighted(h_q, h_s, w_q, w_s, offsets, weight):
-        out = _segment_mm(_dq(h_q, h_s), _dq(w_q, w_s).transpose(1, 2), offsets)  # [S, D]
+        out = _segment_mm(_dq(h_q, h_s), _dq_weight(w_q, w_s).transpose(1, 2), offsets)  # [S, D]
         return out * weight[:, None]
 
     @staticmethod
     def grad_down(dy_slots_q, dy_slots_s, w_q_colwise, w_s_colwise, offsets):
-        w = _dq(w_q_colwise, w_s_colwise, dim=1)  # [E, D, F]
+        w = _dq_weight(w_q_colwise, w_s_colwise, dim=1)  # [E, D, F]
         return _segment_mm(_dq(dy_slots_q, dy_slots_s), w, offsets)  # [S, F]
 
     @staticmethod
     def grad_gate_up(dgu_q, dgu_s, w_q_colwise, w_s_colwise, offsets):
-        w = _dq(w_q_colwise, w_s_colwise, dim=1)  # [E, 2F, D]
+        w = _dq_weight(w_q_colwise, w_s_colwise, dim=1)  # [E, 2F, D]
         return _segment_mm(_dq(dgu_q, dgu_s), w, offsets)  # [S, D]
 
     @staticmethod

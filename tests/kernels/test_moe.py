@@ -138,17 +138,6 @@ def test_twice_is_bit_identical() -> None:
         assert torch.equal(g1[name], g2[name]), name
 
 
-def test_segment_loop_fallback_matches_grouped_mm(monkeypatch: pytest.MonkeyPatch) -> None:
-    p = problem(40, 2, 6, 64, 32, seed=5)
-    dy = torch.randn(40, 64)
-    y1, g1 = run(moe_ffn, p, dy)
-    monkeypatch.setattr(moe, "_HAS_GROUPED_MM", False)
-    y2, g2 = run(moe_ffn, p, dy)
-    assert rel(y2, y1) < 1e-6
-    for name in GRAD_NAMES:
-        assert rel(g2[name], g1[name]) < 1e-6, name
-
-
 def test_prequantized_weights_give_the_same_forward() -> None:
     p = problem(32, 2, 4, 64, 64, seed=6)
     wgu = reference.mx_quantize(p["w_gate_up"], -1)
@@ -241,3 +230,20 @@ def test_bad_arguments_are_refused(fn) -> None:
         call(x=torch.randn(4, 2, 32))
     with pytest.raises(ValueError, match="not MX-quantized"):
         call(w_down=(p["w_down"].to(torch.float8_e4m3fn), torch.zeros(4, 64, 2, dtype=torch.uint8)))
+
+
+def test_dequantized_weights_are_reused_but_never_stale(torch_path: None) -> None:
+    """Pre-quantized weights are dequantized once per tensor; changing them in place
+    (or swapping the scales) is seen at once."""
+    torch.manual_seed(12)
+    w = torch.randn(2, 64, 32)
+    q, s = reference.mx_quantize(w, -1)
+    first = moe._dq_weight(q, s)
+    assert moe._dq_weight(q, s) is first  # cached
+    assert torch.equal(first, reference.mx_dequantize(q, s, -1))
+    q.view(torch.uint8).zero_()  # in place: the version counter moves
+    assert torch.equal(moe._dq_weight(q, s), torch.zeros_like(w))
+    other_s = s.clone()
+    other_s.fill_(127)
+    q2, _ = reference.mx_quantize(w, -1)
+    assert torch.equal(moe._dq_weight(q2, other_s), reference.mx_dequantize(q2, other_s, -1))
