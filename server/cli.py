@@ -90,7 +90,109 @@ def build_parser() -> argparse.ArgumentParser:
         default="warning",
         help="how much to log on stderr (default: warning)",
     )
+    add_model_parsers(commands)
     return parser
+
+
+def add_model_parsers(commands: argparse._SubParsersAction) -> None:
+    model = commands.add_parser(
+        "model",
+        help="serve or inspect a model checkpoint",
+        description="Serve a checkpoint over an OpenAI-compatible HTTP API, or describe it.",
+    )
+    model_commands = model.add_subparsers(dest="model_command", metavar="COMMAND", required=True)
+    serve = model_commands.add_parser(
+        "serve",
+        help="serve a checkpoint as an OpenAI-compatible chat-completions endpoint",
+        description=(
+            "Serve CHECKPOINT_DIR (a tachy checkpoint or a Hugging Face Qwen3-MoE directory) "
+            "on GET /v1/models and POST /v1/chat/completions (streamed or not). Point the "
+            "agent at it with --policy openai:http://HOST:PORT/v1#MODEL_NAME."
+        ),
+    )
+    serve.add_argument("checkpoint", metavar="CHECKPOINT_DIR")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
+    serve.add_argument(
+        "--max-batch", type=int, default=8, metavar="N", help="the engine's batch (default 8)"
+    )
+    serve.add_argument(
+        "--max-seq", type=int, default=4096, metavar="N", help="context length (default 4096)"
+    )
+    serve.add_argument(
+        "--tokenizer",
+        metavar="PATH",
+        help="tokenizer.json or its directory (default: the one in CHECKPOINT_DIR)",
+    )
+    serve.add_argument("--name", help="the model name clients use (default: the directory name)")
+    serve.add_argument(
+        "--log-level",
+        choices=("debug", "info", "warning", "error"),
+        default="warning",
+        help="how much to log on stderr (default: warning)",
+    )
+    info = model_commands.add_parser(
+        "info",
+        help="describe a checkpoint: config, parameter counts, precision",
+        description="Describe CHECKPOINT_DIR from its metadata (the weights are not loaded).",
+    )
+    info.add_argument("checkpoint", metavar="CHECKPOINT_DIR")
+    info.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+
+def run_model(args: argparse.Namespace) -> int:
+    import json
+    import logging
+
+    from model import serve as model_serve  # torch: only for these commands
+    from model.hf import CheckpointError
+    from model.tokenizer import TokenizerError
+
+    if args.model_command == "info":
+        try:
+            info = model_serve.checkpoint_info(args.checkpoint)
+        except CheckpointError as exc:
+            print(f"tachy: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(info, indent=2) if args.json else model_serve.format_info(info))
+        return 0
+    if not 0 <= args.port < 65536 or args.max_batch < 1 or args.max_seq < 2:
+        print("tachy: need 0 <= --port < 65536, --max-batch >= 1, --max-seq >= 2", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, args.log_level.upper()),
+        format="tachy %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        server = model_serve.build_server(
+            args.checkpoint,
+            tokenizer=args.tokenizer,
+            max_batch=args.max_batch,
+            max_seq=args.max_seq,
+            name=args.name,
+        )
+    except (CheckpointError, TokenizerError, FileNotFoundError, ValueError) as exc:
+        print(f"tachy: cannot load {args.checkpoint}: {exc}", file=sys.stderr)
+        return 2
+
+    def ready(port: int) -> None:
+        url = f"http://{args.host}:{port}/v1"
+        print(
+            f"tachy: serving {server.model_name} on {url} "
+            f"(use --policy openai:{url}#{server.model_name})",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    try:
+        asyncio.run(model_serve.serve(server, args.host, args.port, ready))
+    except KeyboardInterrupt:
+        return 0
+    except OSError as exc:
+        print(f"tachy: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 class Progress:
@@ -274,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
         return index_commands.run_search(args)
     if args.command == "serve":
         return run_serve(args)
+    if args.command == "model":
+        return run_model(args)
     raise AssertionError(args.command)
 
 
