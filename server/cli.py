@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         default=os.environ.get("TACHY_POLICY"),
         metavar="SPEC",
-        help="the model: openai:BASE_URL#MODEL or replay:FILE.jsonl (default: $TACHY_POLICY)",
+        help="the model: openai:BASE_URL#MODEL, local:CHECKPOINT_DIR or replay:FILE.jsonl (default: $TACHY_POLICY)",
     )
     agent.add_argument("--transcript", metavar="FILE", help="write every event to FILE as JSONL")
     agent.add_argument(
