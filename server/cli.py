@@ -266,7 +266,8 @@ async def run_agent(args: argparse.Namespace) -> int:
     if not args.policy:
         print(
             "tachy: no model configured; pass --policy openai:BASE_URL#MODEL (any OpenAI-compatible "
-            "server) or --policy replay:FILE.jsonl, or set TACHY_POLICY",
+            "server), --policy local:CHECKPOINT_DIR or --policy replay:FILE.jsonl, or set "
+            "TACHY_POLICY",
             file=sys.stderr,
         )
         return 2
