@@ -91,7 +91,7 @@ def filter_logits(logits: Tensor, temperature: float, top_k: int, top_p: float) 
     return x
 
 
-def _stop_hold(text: str, stops: list[str]) -> int:
+def stop_hold(text: str, stops: list[str]) -> int:
     """How many characters at the end of `text` could begin a stop string (held back)."""
     hold = 0
     for s in stops:
@@ -296,7 +296,7 @@ class Engine:
         )
         if cut >= 0:
             r.text, r.finish = r.text[:cut], "stop"
-        end = len(r.text) if r.finish else len(r.text) - _stop_hold(r.text, params.stop)
+        end = len(r.text) if r.finish else len(r.text) - stop_hold(r.text, params.stop)
         delta = r.text[r.emitted : end] if end > r.emitted else ""
         r.emitted = max(r.emitted, end)
         if on_token is not None:

@@ -166,17 +166,6 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     )
 
 
-def _held_back(text: str, stops: list[str]) -> int:
-    """How many trailing characters of `text` could begin a stop string."""
-    hold = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), hold, -1):
-            if text.endswith(s[:n]):
-                hold = n
-                break
-    return hold
-
-
 def _cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
     return (text[:cut], True) if cut >= 0 else (text, False)
@@ -192,9 +181,11 @@ class StopFilter:
     def push(self, chunk: str) -> str:
         if self.stopped:
             return ""
+        from model.generate import stop_hold  # torch: loaded with the engine, not before
+
         self.text += chunk
         text, self.stopped = _cut_at_stop(self.text, self.stops)
-        end = len(text) if self.stopped else len(text) - _held_back(text, self.stops)
+        end = len(text) if self.stopped else len(text) - stop_hold(text, self.stops)
         out = text[self.sent : end] if end > self.sent else ""
         self.sent = max(self.sent, end)
         return out
