@@ -35,8 +35,9 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        # One fused op (the formula of Qwen3's RMSNorm: fp32 statistics, then the
+        # weight in the input's dtype); decoding calls it ~4 times per layer per token.
+        h = F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps)
         return self.weight * h.to(x.dtype)
 
 
@@ -136,10 +137,10 @@ class Attention(nn.Module):
             slots = torch.arange(k.shape[2], device=x.device)
             mask = slots[None, None, :] <= positions[:, :, None]  # [B, L, S]
             mask, causal = mask[:, None], False  # [B, 1, L, S]
-        rep = self.n_head // self.n_kv
-        k = k.repeat_interleave(rep, dim=1).to(q.dtype)  # [B, H, S, hd]
-        v = v.repeat_interleave(rep, dim=1).to(q.dtype)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+        # Grouped-query attention without materialising the repeated K/V heads.
+        y = F.scaled_dot_product_attention(
+            q, k.to(q.dtype), v.to(q.dtype), attn_mask=mask, is_causal=causal, enable_gqa=True
+        )
         return self.o_proj(y.transpose(1, 2).reshape(B, L, self.n_head * hd))
 
 
@@ -163,6 +164,15 @@ def moe_ffn_fp32(
     topk_weights/ids [T, k], w_gate_up [E, 2F, D], w_down [E, D, F] -> [T, D]."""
     T, k = topk_ids.shape
     ids = topk_ids.reshape(-1)  # [T*k]
+    if T * k <= w_gate_up.shape[0]:
+        # Few (token, expert) pairs (decoding): gather their weights and batch the
+        # matmuls, instead of a masked pass per expert.
+        g, u = torch.bmm(w_gate_up[ids].float(), x.float().repeat_interleave(k, 0)[:, :, None])[
+            ..., 0
+        ].chunk(2, dim=-1)  # [T*k, F] each
+        out = torch.bmm(w_down[ids].float(), (F.silu(g) * u)[:, :, None])[..., 0]  # [T*k, D]
+        out = out * topk_weights.reshape(-1, 1).float()
+        return out.view(T, k, -1).sum(1).to(x.dtype)
     tok = torch.arange(T, device=x.device).repeat_interleave(k)  # [T*k]
     w = topk_weights.reshape(-1)
     y = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
