@@ -5,6 +5,9 @@
                        and uint8 E8M0 scales when quantized
     manifest.json      {"format": "tachy-model", "version": 1, "sha256": of model.safetensors,
                         "size": bytes, "tensors": {name: [dtype, shape]}}
+    tokenizer.json     the model's tokenizer, when saved with one (Tokenizer.save, with
+    tokenizer_config.json   its tokenizer_config.json, as in a Hugging Face directory), so
+                       the directory alone serves (`local:DIR`, `tachy model serve DIR`)
 
 `load` refuses anything that does not match (missing file, wrong format or version,
 size/hash mismatch, missing/unexpected/misshapen tensor) with a CheckpointError.
@@ -22,6 +25,7 @@ from safetensors.torch import load_file, save_file
 from model.config import ModelConfig
 from model.hf import CheckpointError
 from model.model import Model
+from model.tokenizer import Tokenizer
 
 FORMAT = "tachy-model"
 VERSION = 1
@@ -36,10 +40,18 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def save(model: Model, path: str | Path) -> Path:
-    """Write `model` to directory `path` (created; files overwritten)."""
+def save(model: Model, path: str | Path, tokenizer: Tokenizer | None = None) -> Path:
+    """Write `model` (and its tokenizer, when given) to directory `path` (created;
+    files overwritten)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
+    if tokenizer is not None:
+        if tokenizer.vocab_size > model.config.vocab_size:
+            raise ValueError(
+                f"the tokenizer has {tokenizer.vocab_size} tokens, more than the model's "
+                f"vocabulary of {model.config.vocab_size}"
+            )
+        tokenizer.save(path)  # tokenizer.json + tokenizer_config.json beside the weights
     state = {}
     for name, t in model.state_dict().items():
         if name == "lm_head.weight" and model.config.tie_word_embeddings:

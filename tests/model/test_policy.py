@@ -24,12 +24,18 @@ MESSAGES = [Message("system", "You are terse."), Message("user", "add two number
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> Path:
-    """A tiny model saved with its tokenizer as CHECKPOINT_DIR/tokenizer/."""
+    """A tiny model saved with its tokenizer (model.save(..., tokenizer=...))."""
     path = tmp_path_factory.mktemp("ckpt")
     tok = train_bpe(CORPUS, vocab_size=400)
-    M.save(make_model(tok.vocab_size), path)
-    tok.save(path / "tokenizer")
+    M.save(make_model(tok.vocab_size), path, tokenizer=tok)
     return path
+
+
+def test_the_tokenizer_is_saved_with_the_model(checkpoint, tmp_path):
+    assert (checkpoint / "tokenizer.json").is_file()
+    tok = train_bpe(CORPUS, vocab_size=400)
+    with pytest.raises(ValueError, match="more than the model's vocabulary"):
+        M.save(make_model(tok.vocab_size - 10), tmp_path / "small", tokenizer=tok)
 
 
 async def collect(policy, messages=MESSAGES, stop=None) -> list[str]:
@@ -98,15 +104,15 @@ async def test_cancelling_the_consuming_task_cancels_the_worker(checkpoint):
 async def test_tokenizer_option_and_json_file(checkpoint, tmp_path):
     from model.tokenizer import Tokenizer
 
-    tok = Tokenizer.from_file(checkpoint / "tokenizer")
+    tok = Tokenizer.from_file(checkpoint)
     bare = tmp_path / "bare"
     M.save(M.load(checkpoint), bare)
     with pytest.raises(PolicyError, match="no tokenizer found"):
         LocalPolicy(bare)
-    policy = LocalPolicy(bare, tokenizer=checkpoint / "tokenizer", max_new_tokens=3)
+    policy = LocalPolicy(bare, tokenizer=checkpoint / "tokenizer.json", max_new_tokens=3)
     assert await collect(policy) is not None
     await policy.aclose()
-    tok.save(bare / "tokenizer.json")
+    tok.save(bare / "tokenizer")  # a tokenizer/ folder is found too
     policy = LocalPolicy(bare, max_new_tokens=3)
     assert policy.engine.tokenizer.vocab_size == tok.vocab_size
     await policy.aclose()
@@ -124,9 +130,6 @@ def test_local_policy_errors(tmp_path, checkpoint):
     for f in checkpoint.iterdir():
         if f.is_file():
             (corrupt / f.name).write_bytes(f.read_bytes())
-    (corrupt / "tokenizer.json").write_bytes(
-        (checkpoint / "tokenizer" / "tokenizer.json").read_bytes()
-    )
     (corrupt / "model.safetensors").write_bytes(b"\0" * 16)
     with pytest.raises(PolicyError, match="cannot load"):
         load_policy(f"local:{corrupt}")

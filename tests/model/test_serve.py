@@ -53,8 +53,7 @@ def checkpoint(tmp_path_factory) -> Path:
     with torch.no_grad():  # larger weights than the init: a livelier, still fixed, output
         for p in m.parameters():
             p.normal_(0.0, 0.5)
-    tachy_model.save(m, path)
-    tok.save(path)
+    tachy_model.save(m, path, tokenizer=tok)  # the directory alone serves
     return path
 
 
