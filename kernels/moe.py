@@ -72,9 +72,9 @@ def _dq(q: Tensor, s: Tensor, dim: int = -1) -> Tensor:
 _DEQUANTIZED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
-def _dq_weight(q: Tensor, s: Tensor, dim: int = -1) -> Tensor:
-    """_dq for expert weights, cached by q's identity (checked against the versions of
-    q and s, so an in-place change is never served stale)."""
+def dequantized_weights(q: Tensor, s: Tensor, dim: int = -1) -> Tensor:
+    """The fp32 values of MX expert weights, cached by q's identity (checked against
+    the versions of q and s, so an in-place change is never served stale)."""
     stamp = (q._version, s.data_ptr(), s._version, dim)
     hit = _DEQUANTIZED.get(q)
     if hit is not None and hit[0] == stamp:
@@ -93,24 +93,26 @@ class TorchGemms:
     @staticmethod
     def gate_up_swiglu(x_q, x_s, token, offsets, w_q, w_s, *, save_preact: bool):
         x = gather_rows(_dq(x_q, x_s), token)  # [S, D]
-        gu = _segment_mm(x, _dq_weight(w_q, w_s).transpose(1, 2), offsets)  # [S, 2F]
+        gu = _segment_mm(x, dequantized_weights(w_q, w_s).transpose(1, 2), offsets)  # [S, 2F]
         g, u = gu.chunk(2, dim=1)
         h_q, h_s = mx_torch.quantize(torch.nn.functional.silu(g) * u, -1)  # [S, F]
         return h_q, h_s, (gu if save_preact else None)
 
     @staticmethod
     def down_weighted(h_q, h_s, w_q, w_s, offsets, weight):
-        out = _segment_mm(_dq(h_q, h_s), _dq_weight(w_q, w_s).transpose(1, 2), offsets)  # [S, D]
+        out = _segment_mm(
+            _dq(h_q, h_s), dequantized_weights(w_q, w_s).transpose(1, 2), offsets
+        )  # [S, D]
         return out * weight[:, None]
 
     @staticmethod
     def grad_down(dy_slots_q, dy_slots_s, w_q_colwise, w_s_colwise, offsets):
-        w = _dq_weight(w_q_colwise, w_s_colwise, dim=1)  # [E, D, F]
+        w = dequantized_weights(w_q_colwise, w_s_colwise, dim=1)  # [E, D, F]
         return _segment_mm(_dq(dy_slots_q, dy_slots_s), w, offsets)  # [S, F]
 
     @staticmethod
     def grad_gate_up(dgu_q, dgu_s, w_q_colwise, w_s_colwise, offsets):
-        w = _dq_weight(w_q_colwise, w_s_colwise, dim=1)  # [E, 2F, D]
+        w = dequantized_weights(w_q_colwise, w_s_colwise, dim=1)  # [E, 2F, D]
         return _segment_mm(_dq(dgu_q, dgu_s), w, offsets)  # [S, D]
 
     @staticmethod

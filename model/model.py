@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import kernels
+from kernels.moe import dequantized_weights
 from model.config import ModelConfig
 
 PRECISIONS = ("fp32", "mxfp8")
@@ -244,8 +245,9 @@ class MoE(nn.Module):
         w_gate_up, w_down = self.expert_weights()
         if self.precision == "fp32":
             if self.quantized:
-                w_gate_up = kernels.mx_dequantize(*w_gate_up)
-                w_down = kernels.mx_dequantize(*w_down)
+                # Once per weight tensor, not per forward (kernels.moe's cache).
+                w_gate_up = dequantized_weights(*w_gate_up)
+                w_down = dequantized_weights(*w_down)
             y = moe_ffn_fp32(h, topk_w, topk_ids, w_gate_up, w_down)
         else:
             y = kernels.moe_ffn(h, topk_w, topk_ids, w_gate_up, w_down)

@@ -141,7 +141,6 @@ class _Proposal:
     kind: str
     old: bytes | None  # the text the edit starts from (buffer or disk); None: no file
     new: bytes | None  # None: delete
-    open_version: int | None  # the document's version when proposed (None: not open)
     state: str = "pending"
     message: str = ""
     decision: asyncio.Future[bool] | None = None
@@ -228,10 +227,9 @@ class ReviewBoard:
             kind=kind,
             old=old,
             new=data,
-            open_version=snap.version if snap is not None else None,
         )
         proposal.edit = workspace_edit(
-            uri, kind, _decode(old), _decode(data), proposal.open_version, self.editor
+            uri, kind, _decode(old), _decode(data), snap.version if snap else None, self.editor
         )
         proposal.settled = self.loop.create_future()
         self._forget_settled()

@@ -48,7 +48,6 @@ class Session:
     executor: Executor | None = None
     task: asyncio.Task | None = None
     seq: itertools.count = field(default_factory=itertools.count)
-    workspace: EditorWorkspace | None = None
 
 
 class Sessions:
@@ -110,8 +109,8 @@ class Sessions:
         finally:
             session.state = "finished"
             # A finished session keeps its id and state only: its events went to the
-            # editor, and its proposals hold what a later revert needs.
-            session.executor = session.workspace = None
+            # editor, and its proposals hold the workspace a later revert needs.
+            session.executor = None
             await policy.aclose()
 
     async def _run(
@@ -129,7 +128,6 @@ class Sessions:
             session_id=session.id,
             allow_secrets=settings.allow_secrets,
         )
-        session.workspace = workspace
         use_bwrap = {"auto": None, "bubblewrap": True, "none": False}[settings.sandbox]
         try:
             sandbox = Sandbox(workspace, SandboxConfig(use_bubblewrap=use_bwrap))

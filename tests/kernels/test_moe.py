@@ -238,12 +238,14 @@ def test_dequantized_weights_are_reused_but_never_stale(torch_path: None) -> Non
     torch.manual_seed(12)
     w = torch.randn(2, 64, 32)
     q, s = reference.mx_quantize(w, -1)
-    first = moe._dq_weight(q, s)
-    assert moe._dq_weight(q, s) is first  # cached
+    first = moe.dequantized_weights(q, s)
+    assert moe.dequantized_weights(q, s) is first  # cached
     assert torch.equal(first, reference.mx_dequantize(q, s, -1))
     q.view(torch.uint8).zero_()  # in place: the version counter moves
-    assert torch.equal(moe._dq_weight(q, s), torch.zeros_like(w))
+    assert torch.equal(moe.dequantized_weights(q, s), torch.zeros_like(w))
     other_s = s.clone()
     other_s.fill_(127)
     q2, _ = reference.mx_quantize(w, -1)
-    assert torch.equal(moe._dq_weight(q2, other_s), reference.mx_dequantize(q2, other_s, -1))
+    assert torch.equal(
+        moe.dequantized_weights(q2, other_s), reference.mx_dequantize(q2, other_s, -1)
+    )
