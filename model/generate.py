@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from model.model import KVCache, Model
+from model.model import Model
 from model.tokenizer import IM_END, IM_START, IncrementalDecoder, Tokenizer
 
 
@@ -102,18 +102,6 @@ def stop_hold(text: str, stops: list[str]) -> int:
     return hold
 
 
-class _CacheWindow:
-    """The first `length` slots of a KVCache, as views (writes land in the cache), so
-    that attention reads only the slots in use instead of all max_seq of them."""
-
-    update = KVCache.update
-
-    def __init__(self, cache: KVCache, length: int) -> None:
-        self.k = cache.k[:, :, :, :length]  # [layers, B, KV, length, hd]
-        self.v = cache.v[:, :, :, :length]
-        self.batch, self.max_seq = cache.batch, length
-
-
 class _Row:
     """One prompt's state during a generate call."""
 
@@ -136,9 +124,18 @@ class _Row:
 
 class Engine:
     def __init__(
-        self, model: Model, tokenizer: Tokenizer, *, max_batch: int = 8, max_seq: int = 4096
+        self,
+        model: Model,
+        tokenizer: Tokenizer,
+        *,
+        max_batch: int = 8,
+        max_seq: int = 4096,
+        compile: bool = False,
     ) -> None:
-        """`max_seq` (prompt + generation) is capped at the model's max_position_embeddings."""
+        """`max_seq` (prompt + generation) is capped at the model's max_position_embeddings.
+        `compile=True` runs the decode step through torch.compile: several times fewer
+        host-side ops per token (what bounds decoding small models on a CPU), paid for
+        with seconds of compilation on the first calls (a C++ compiler must be present)."""
         if max_batch < 1 or max_seq < 2:
             raise ValueError(f"need max_batch >= 1 and max_seq >= 2, got {max_batch}, {max_seq}")
         if tokenizer.vocab_size > model.config.vocab_size:
@@ -156,6 +153,9 @@ class Engine:
         pad = tokenizer.pad_id
         self.pad_id = 0 if pad is None else pad
         self._lock = threading.Lock()
+        self._decode = self._decode_step
+        if compile:
+            self._decode = torch.compile(self._decode_step, dynamic=None)
 
     # ------------------------------------------------------------------ prompts
     def chat_prompt(self, messages: list[tuple[str, str]]) -> list[int]:
@@ -235,7 +235,7 @@ class Engine:
         ids = torch.full((B, L), self.pad_id, dtype=torch.long, device=dev)
         for i, p in enumerate(prompts):
             ids[i, : len(p)] = torch.tensor(p, dtype=torch.long)
-        logits = self.model(ids, torch.arange(L, device=dev), _CacheWindow(self.cache, L))
+        logits = self.model(ids, torch.arange(L, device=dev), self.cache, cache_len=L)
         logits = logits[torch.arange(B, device=dev), lens - 1]  # [B, V]
 
         while True:
@@ -250,16 +250,20 @@ class Engine:
             pending = [len(r.experts) < len(r.ids) for r in rows]
             if not any(pending):
                 break
-            window = _CacheWindow(self.cache, max(r.last_position for r in rows) + 1)
-            out = self.model(last, pos, window, return_routing=True)
-            routing = out.routing[:, :, 0].to(torch.int16).cpu()  # [moe_layers, B, k]
+            logits, routing = self._decode(last, pos, max(r.last_position for r in rows) + 1)
+            routing = routing.to(torch.int16).cpu()  # [moe_layers, B, k]
             for i, r in enumerate(rows):
                 if pending[i]:
                     r.experts.append(routing[:, i])
             if all(r.finish is not None for r in rows):
                 break
-            logits = out.logits[:, -1]  # [B, V]
         return [self._result(r) for r in rows]
+
+    def _decode_step(self, tokens: Tensor, positions: Tensor, length: int) -> tuple[Tensor, Tensor]:
+        """tokens, positions [B, 1] -> next-token logits [B, V], experts [moe_layers, B, k];
+        attention reads the first `length` cache slots."""
+        out = self.model(tokens, positions, self.cache, cache_len=length, return_routing=True)
+        return out.logits[:, -1], out.routing[:, :, 0]
 
     def _sample(
         self, logits: Tensor, params: SamplingParams, gen: torch.Generator | None

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import kernels
+from kernels import mx_torch, use_triton
 from kernels.moe import dequantized_weights
 from model.config import ModelConfig
 
@@ -90,14 +91,19 @@ class KVCache(nn.Module):
     def max_seq(self) -> int:
         return self.k.shape[3]
 
-    def update(self, layer: int, positions: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """positions [B, L], k/v [B, KV, L, hd] -> the layer's whole k, v [B, KV, S, hd]."""
+    def update(
+        self, layer: int, positions: Tensor, k: Tensor, v: Tensor, length: int
+    ) -> tuple[Tensor, Tensor]:
+        """positions [B, L], k/v [B, KV, L, hd] -> the layer's first `length` slots, k, v
+        [B, KV, length, hd]. The write goes to the whole buffer (never to a view of it:
+        under torch.compile a write into a slice would copy the cache every step)."""
         B = k.shape[0]
         rows = torch.arange(B, device=k.device)[:, None]  # [B, 1]
         # advanced indices around a slice: the indexed view is [B, L, KV, hd]
-        self.k[layer][rows, :, positions] = k.transpose(1, 2).to(self.k.dtype)
-        self.v[layer][rows, :, positions] = v.transpose(1, 2).to(self.v.dtype)
-        return self.k[layer, :B], self.v[layer, :B]
+        at = (torch.full_like(rows, layer), rows, slice(None), positions)
+        self.k[at] = k.transpose(1, 2).to(self.k.dtype)
+        self.v[at] = v.transpose(1, 2).to(self.v.dtype)
+        return self.k[layer, :B, :, :length], self.v[layer, :B, :, :length]
 
     def reset(self) -> None:
         self.k.zero_()
@@ -122,7 +128,13 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(hd, config.rms_norm_eps)
 
     def forward(
-        self, x: Tensor, cos: Tensor, sin: Tensor, positions: Tensor, cache: KVCache | None
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        positions: Tensor,
+        cache: KVCache | None,
+        cache_len: int,
     ) -> Tensor:
         B, L, _ = x.shape
         hd = self.head_dim
@@ -134,7 +146,7 @@ class Attention(nn.Module):
         if cache is None:
             mask, causal = None, True
         else:
-            k, v = cache.update(self.layer, positions, k, v)  # [B, KV, S, hd]
+            k, v = cache.update(self.layer, positions, k, v, cache_len)  # [B, KV, S, hd]
             slots = torch.arange(k.shape[2], device=x.device)
             mask = slots[None, None, :] <= positions[:, :, None]  # [B, L, S]
             mask, causal = mask[:, None], False  # [B, 1, L, S]
@@ -158,32 +170,63 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-def moe_ffn_fp32(
-    x: Tensor, topk_weights: Tensor, topk_ids: Tensor, w_gate_up: Tensor, w_down: Tensor
+DENSE_EXPERT_TOKENS = 16  # up to this many tokens, every expert runs on every token
+
+
+def moe_ffn_torch(
+    x: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    w_gate_up: Tensor,
+    w_down: Tensor,
+    *,
+    mx_activations: bool = False,
 ) -> Tensor:
-    """Unquantized SwiGLU experts (kernels.moe_ffn's meaning without MX): x [T, D],
-    topk_weights/ids [T, k], w_gate_up [E, 2F, D], w_down [E, D, F] -> [T, D]."""
+    """SwiGLU experts in plain torch, fp32 (no autograd Function, no Triton): x [T, D],
+    topk_weights/ids [T, k], w_gate_up [E, 2F, D], w_down [E, D, F] -> [T, D].
+
+    With full-precision weights and mx_activations=False it is the unquantized layer
+    (the parity baseline). With dequantized MX weights and mx_activations=True, x and
+    the SwiGLU output are rounded through MXFP8 exactly where kernels.moe_ffn quantizes
+    them, so it computes kernels.moe_ffn's forward (up to fp32 summation order): the
+    sampling path on a CPU.
+
+    Three ways, by size: few (token, expert) pairs (decoding one sequence) gather their
+    weights and batch the matmuls; a decode batch (T <= DENSE_EXPERT_TOKENS) runs every
+    expert on every token and weights the results by the routing (zero for experts not
+    chosen); otherwise one pass per expert over its tokens. The first two have static
+    shapes and read nothing on the host, so a compiled decode step is one graph."""
     T, k = topk_ids.shape
+    E = w_gate_up.shape[0]
+
+    def mx(a: Tensor) -> Tensor:  # [n, 32m] -> the same values rounded through MXFP8
+        return mx_torch.dequantize(*mx_torch.quantize(a, -1)) if mx_activations else a
+
+    x = mx(x.float())
     ids = topk_ids.reshape(-1)  # [T*k]
-    if T * k <= w_gate_up.shape[0]:
-        # Few (token, expert) pairs (decoding): gather their weights and batch the
-        # matmuls, instead of a masked pass per expert.
-        g, u = torch.bmm(w_gate_up[ids].float(), x.float().repeat_interleave(k, 0)[:, :, None])[
-            ..., 0
-        ].chunk(2, dim=-1)  # [T*k, F] each
-        out = torch.bmm(w_down[ids].float(), (F.silu(g) * u)[:, :, None])[..., 0]  # [T*k, D]
+    if T * k <= E:
+        gu = torch.bmm(w_gate_up[ids].float(), x.repeat_interleave(k, 0)[:, :, None])[..., 0]
+        g, u = gu.chunk(2, dim=-1)  # [T*k, F] each
+        out = torch.bmm(w_down[ids].float(), mx(F.silu(g) * u)[:, :, None])[..., 0]  # [T*k, D]
         out = out * topk_weights.reshape(-1, 1).float()
-        return out.view(T, k, -1).sum(1).to(x.dtype)
+        return out.view(T, k, -1).sum(1)
+    if T <= DENSE_EXPERT_TOKENS:
+        route = torch.zeros(T, E, dtype=torch.float32, device=x.device)
+        route = route.scatter(1, topk_ids, topk_weights.float())  # [T, E]
+        g, u = torch.matmul(x, w_gate_up.float().transpose(1, 2)).chunk(2, dim=-1)  # [E, T, F]
+        h = mx((F.silu(g) * u).reshape(E * T, -1)).view(E, T, -1)
+        out = torch.bmm(h, w_down.float().transpose(1, 2))  # [E, T, D]
+        return torch.einsum("etd,te->td", out, route)
     tok = torch.arange(T, device=x.device).repeat_interleave(k)  # [T*k]
     w = topk_weights.reshape(-1)
     y = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
     for e in torch.unique(ids).tolist():
         sel = (ids == e).nonzero().squeeze(1)
         t = tok[sel]
-        g, u = (x[t].float() @ w_gate_up[e].float().T).chunk(2, dim=-1)  # [n, F] each
-        out = (F.silu(g) * u) @ w_down[e].float().T  # [n, D]
+        g, u = (x[t] @ w_gate_up[e].float().T).chunk(2, dim=-1)  # [n, F] each
+        out = mx(F.silu(g) * u) @ w_down[e].float().T  # [n, D]
         y = y.index_add(0, t, out * w[sel, None].float())
-    return y.to(x.dtype)
+    return y
 
 
 class MoE(nn.Module):
@@ -243,12 +286,22 @@ class MoE(nn.Module):
             topk_w = topk_w / topk_w.sum(dim=-1, keepdim=True)
         topk_w = topk_w.to(x.dtype)
         w_gate_up, w_down = self.expert_weights()
-        if self.precision == "fp32":
-            if self.quantized:
+        # Plain torch for the fp32 baseline, and for sampling pre-quantized experts on a
+        # CPU (same numerics as kernels.moe_ffn there, but a static-shape decode step);
+        # kernels.moe_ffn for training and on CUDA.
+        cpu_sampling = self.quantized and not torch.is_grad_enabled() and not use_triton(h)
+        if self.precision == "fp32" or cpu_sampling:
+            if self.quantized and torch.compiler.is_compiling():
+                # A compiled step cannot consult the cache (a Python dict): it
+                # dequantizes inline, fused into its kernels, and is never stale.
+                w_gate_up, w_down = mx_torch.dequantize(*w_gate_up), mx_torch.dequantize(*w_down)
+            elif self.quantized:
                 # Once per weight tensor, not per forward (kernels.moe's cache).
                 w_gate_up = dequantized_weights(*w_gate_up)
                 w_down = dequantized_weights(*w_down)
-            y = moe_ffn_fp32(h, topk_w, topk_ids, w_gate_up, w_down)
+            mx_act = self.precision == "mxfp8"
+            y = moe_ffn_torch(h, topk_w, topk_ids, w_gate_up, w_down, mx_activations=mx_act)
+            y = y.to(h.dtype)
         else:
             y = kernels.moe_ffn(h, topk_w, topk_ids, w_gate_up, w_down)
         return y.view(B, L, D), logits, topk_ids
@@ -266,9 +319,9 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = MLP(config.hidden_size, config.intermediate_size)
 
-    def forward(self, x, cos, sin, positions, cache):
+    def forward(self, x, cos, sin, positions, cache, cache_len):
         """x [B, L, D] -> x [B, L, D], (router logits [T, E], topk_ids [T, k]) or None."""
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, cache)
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, cache, cache_len)
         h = self.post_attention_layernorm(x)
         if self.is_moe:
             y, logits, ids = self.mlp(h)
@@ -343,12 +396,15 @@ class Model(nn.Module):
         positions: Tensor | None = None,
         cache: KVCache | None = None,
         *,
+        cache_len: int | None = None,
         return_routing: bool = False,
         return_aux_loss: bool = False,
     ) -> Tensor | ModelOutput:
         """input_ids [B, L] -> logits [B, L, V]; a ModelOutput when routing or the aux loss
         is asked for. positions [L] or [B, L] (default 0..L-1); with `cache` the new K/V are
-        written at `positions` and each token attends to cache slots <= its position."""
+        written at `positions` and each token attends to cache slots <= its position among
+        the first `cache_len` slots (default all max_seq: pass the slots in use, since
+        attention costs grow with it)."""
         B, L = input_ids.shape
         if positions is None:
             positions = torch.arange(L, device=input_ids.device)
@@ -357,18 +413,22 @@ class Model(nn.Module):
         if positions.shape != (B, L):
             raise ValueError(f"positions {tuple(positions.shape)} must be [L] or [B={B}, L={L}]")
         if cache is not None:
+            cache_len = cache.max_seq if cache_len is None else cache_len
             if cache.batch < B:
                 raise ValueError(f"batch {B} exceeds the cache's batch {cache.batch}")
-            if int(positions.max()) >= cache.max_seq:
+            if not 0 < cache_len <= cache.max_seq:
+                raise ValueError(f"cache_len {cache_len} outside 1..{cache.max_seq}")
+            # A host sync: skipped inside a compiled graph (the engine checks its positions).
+            if not torch.compiler.is_compiling() and int(positions.max()) >= cache_len:
                 raise ValueError(
-                    f"position {int(positions.max())} beyond cache length {cache.max_seq}"
+                    f"position {int(positions.max())} beyond the cache length {cache_len}"
                 )
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
 
         x = self.embed_tokens(input_ids)  # [B, L, D]
         routers = []
         for layer in self.layers:
-            x, r = layer(x, cos, sin, positions, cache)
+            x, r = layer(x, cos, sin, positions, cache, cache_len)
             if r is not None:
                 routers.append(r)
         logits = self.lm_head(self.norm(x))  # [B, L, V]

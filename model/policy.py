@@ -49,8 +49,8 @@ def find_tokenizer(checkpoint_dir: Path, tokenizer: str | Path | None = None) ->
 
 
 class LocalPolicy:
-    """Options: tokenizer (path), device, max_batch, max_seq (Engine), and the sampling
-    defaults max_new_tokens, temperature, top_p, top_k, seed (SamplingParams)."""
+    """Options: tokenizer (path), device, max_batch, max_seq, compile (Engine), and the
+    sampling defaults max_new_tokens, temperature, top_p, top_k, seed (SamplingParams)."""
 
     def __init__(
         self,
@@ -60,6 +60,7 @@ class LocalPolicy:
         device: str = "cpu",
         max_batch: int = 1,
         max_seq: int = 4096,
+        compile: bool = False,
         max_new_tokens: int = 1024,
         temperature: float = 0.0,
         top_p: float = 1.0,
@@ -77,7 +78,7 @@ class LocalPolicy:
         if model.precision == "mxfp8" and not model.quantized:
             model.quantize_experts()  # sampling takes pre-quantized experts
         try:
-            self.engine = Engine(model, tok, max_batch=max_batch, max_seq=max_seq)
+            self.engine = Engine(model, tok, max_batch=max_batch, max_seq=max_seq, compile=compile)
         except ValueError as exc:
             raise PolicyError(f"local policy: {exc}") from None
         self.params = SamplingParams(

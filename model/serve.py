@@ -525,6 +525,7 @@ def build_server(
     max_batch: int = 8,
     max_seq: int = 4096,
     name: str | None = None,
+    compile: bool = False,
 ) -> ModelServer:
     from model.generate import Engine
     from model.tokenizer import Tokenizer
@@ -533,7 +534,7 @@ def build_server(
     m = load_checkpoint(checkpoint)
     tok = Tokenizer.from_file(tokenizer or checkpoint)
     max_seq = min(max_seq, m.config.max_position_embeddings)
-    engine = Engine(m, tok, max_batch=max_batch, max_seq=max_seq)
+    engine = Engine(m, tok, max_batch=max_batch, max_seq=max_seq, compile=compile)
     return ModelServer(engine, name or checkpoint.resolve().name, max_seq=engine.max_seq)
 
 

@@ -93,14 +93,23 @@ def test_summary_logic_on_made_up_figures() -> None:
             "greedy_match_b1": 1.0,
             "sides": {
                 "transformers": side(10.0),
-                "ours-fp32": side(35.0),
-                "ours-mxfp8": side(17.5),
+                "ours-fp32": side(15.0),
+                "ours-fp32-compile": side(35.0),
+                "ours-mxfp8": side(5.0),
+                "ours-mxfp8-compile": side(17.5),
             },
         }
     }
     s = bench.summarize(configs, [1])
+    # the headline is the compiled engine; the eager one is reported beside it
+    assert s["tiny"]["headline_side"] == "ours-fp32-compile"
     assert s["tiny"]["ratio_b1"] == 3.5 and s["tiny"]["mxfp8_vs_fp32_b1"] == 0.5
+    assert s["tiny"]["ours-fp32_vs_transformers_b1"] == 1.5
     assert s["tiny"]["ttft_ratio_b1"] == 3.5
     assert s["target_met_b1"] is True
-    configs["tiny"]["sides"]["ours-fp32"] = side(20.0)
+    configs["tiny"]["sides"]["ours-fp32-compile"] = side(20.0)
     assert bench.summarize(configs, [1])["target_met_b1"] is False
+    del configs["tiny"]["sides"]["ours-fp32-compile"]  # --no-compile: eager is the headline
+    s = bench.summarize(configs, [1])
+    assert s["tiny"]["headline_side"] == "ours-fp32" and s["tiny"]["ratio_b1"] == 1.5
+    assert s["tiny"]["mxfp8_vs_fp32_b1"] == round(5 / 15, 3)
