@@ -49,6 +49,10 @@ class SandboxConfig:
     memory_bytes: int | None = 4 * 1024**3
     max_file_bytes: int = 2 * 1024**3
     job_log_bytes: int = 8 * 1024 * 1024
+    # Variables set for every command, over the defaults: a training environment puts
+    # its task's interpreter first on PATH, so `python -m pytest` means the same there
+    # as in the task's instruction.
+    env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -390,6 +394,7 @@ class Sandbox:
         )
         if not self.bwrap:
             env["HOME"] = str(self.workspace.root)
+        env.update(self.config.env)
         return env
 
     async def _spawn(
