@@ -16,7 +16,8 @@ Per config, batch (1 and 8) and side: greedy decoding of a fixed random prompt
 tokenizer has none, and transformers' eos is unset), after a warm-up; tokens/s =
 batch x new tokens / median time over `--repeats` calls (and, as `_best`, over the
 fastest call). Time to first token = the median time of the same call with one new
-token (prefill + first sample). Each side runs in its own process (so its peak RSS,
+token (prefill + first sample). Decode tokens/s = batch x (new tokens - 1) / (median
+call - median TTFT): the decode steps alone, the prefill excluded. Each side runs in its own process (so its peak RSS,
 VmHWM, is its own; it covers loading and every batch size), and the sides take turns
 call by call, so a swing in the shared box's load hits them alike. Also checked: the
 greedy tokens of ours (fp32) equal transformers' at batch 1.
@@ -287,8 +288,13 @@ def measure(workers: list[Worker], args) -> dict[str, Any]:
                         tokens[w.side] = out["tokens"]
         for w in workers:
             median = statistics.median(total[w.side])
+            first = statistics.median(ttft[w.side])
             sides[w.side]["batches"][str(batch)] = {
                 "tokens_per_s": round(batch * args.new_tokens / median, 2),
+                # after the first token: the decode steps alone (prefill excluded)
+                "decode_tokens_per_s": round(
+                    batch * (args.new_tokens - 1) / max(median - first, 1e-9), 2
+                ),
                 "tokens_per_s_best": round(batch * args.new_tokens / min(total[w.side]), 2),
                 "time_to_first_token_ms": common.ms(statistics.median(ttft[w.side])),
                 "generate": common.stats(total[w.side]),
@@ -313,7 +319,7 @@ def summarize(configs: dict[str, Any], batches: list[int]) -> dict[str, Any]:
     """Per config: the headline ratio (ratio_b{B}: our engine at its fastest, fp32, over
     transformers), every side's tokens/s and ratio, TTFT ratios, compile warm-up."""
     summary: dict[str, Any] = {"target_ratio_batch1": TARGET_RATIO}
-    met = []
+    met, decode_met = [], []
     for name, c in configs.items():
         s = c["sides"]
         hf = s["transformers"]
@@ -331,6 +337,9 @@ def summarize(configs: dict[str, Any], batches: list[int]) -> dict[str, Any]:
             row[f"ttft_ratio_b{b}"] = ratio(
                 theirs["time_to_first_token_ms"], ours["time_to_first_token_ms"]
             )
+            row[f"decode_ratio_b{b}"] = ratio(
+                ours.get("decode_tokens_per_s", 0), theirs.get("decode_tokens_per_s", 0)
+            )
             for side, v in s.items():
                 if side != "transformers":
                     tps = v["batches"][b]["tokens_per_s"]
@@ -345,9 +354,13 @@ def summarize(configs: dict[str, Any], batches: list[int]) -> dict[str, Any]:
         b1 = row.get("ratio_b1")
         if b1 is not None:
             row["target_met_b1"] = b1 >= TARGET_RATIO
+            row["decode_target_met_b1"] = (row.get("decode_ratio_b1") or 0) >= TARGET_RATIO
             met.append(row["target_met_b1"])
+            decode_met.append(row["decode_target_met_b1"])
         summary[name] = row
+    # the target on whole generate calls (prefill included), and on decoding alone
     summary["target_met_b1"] = bool(met) and all(met)
+    summary["decode_target_met_b1"] = bool(decode_met) and all(decode_met)
     return summary
 
 
@@ -370,12 +383,17 @@ def one_line(s: dict[str, Any]) -> str:
         if isinstance(row, dict):
             parts.append(
                 f"{name}: ours ({row['headline_side']})/transformers b1 "
-                f"{row.get('ratio_b1')}x, b8 {row.get('ratio_b8')}x, eager b1 "
+                f"{row.get('ratio_b1')}x (decode {row.get('decode_ratio_b1')}x), b8 "
+                f"{row.get('ratio_b8')}x, eager b1 "
                 f"{row.get('ours-fp32_vs_transformers_b1')}x, mxfp8/fp32 b1 "
                 f"{row.get('mxfp8_vs_fp32_b1')}"
             )
     verdict = "met" if s["target_met_b1"] else "missed"
-    return f"generate: {'; '.join(parts)} (target >= {TARGET_RATIO}x at b1: {verdict})"
+    decode = "met" if s["decode_target_met_b1"] else "missed"
+    return (
+        f"generate: {'; '.join(parts)} (target >= {TARGET_RATIO}x at b1: {verdict} on whole "
+        f"calls, {decode} on decoding)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -173,6 +173,16 @@ class MLP(nn.Module):
 DENSE_EXPERT_TOKENS = 16  # up to this many tokens, every expert runs on every token
 
 
+def _pair_matvec(w: Tensor, ids: Tensor, v: Tensor) -> Tensor:
+    """w [E, N, K], ids [P], v [P, K] -> [P, N]: w[ids[p]] @ v[p] for each pair p.
+    Eagerly a batched matmul over the gathered weights; inside a compiled graph a
+    multiply-and-sum, which Inductor fuses with the gather into one loop that reads
+    each chosen weight once instead of copying it out first."""
+    if torch.compiler.is_compiling():
+        return (w[ids].float() * v[:, None, :]).sum(-1)
+    return torch.bmm(w[ids].float(), v[:, :, None])[..., 0]
+
+
 def moe_ffn_torch(
     x: Tensor,
     topk_weights: Tensor,
@@ -205,9 +215,9 @@ def moe_ffn_torch(
     x = mx(x.float())
     ids = topk_ids.reshape(-1)  # [T*k]
     if T * k <= E:
-        gu = torch.bmm(w_gate_up[ids].float(), x.repeat_interleave(k, 0)[:, :, None])[..., 0]
-        g, u = gu.chunk(2, dim=-1)  # [T*k, F] each
-        out = torch.bmm(w_down[ids].float(), mx(F.silu(g) * u)[:, :, None])[..., 0]  # [T*k, D]
+        xs = x.repeat_interleave(k, 0)  # [T*k, D]
+        g, u = _pair_matvec(w_gate_up, ids, xs).chunk(2, dim=-1)  # [T*k, F] each
+        out = _pair_matvec(w_down, ids, mx(F.silu(g) * u))  # [T*k, D]
         out = out * topk_weights.reshape(-1, 1).float()
         return out.view(T, k, -1).sum(1)
     if T <= DENSE_EXPERT_TOKENS:

@@ -70,9 +70,11 @@ def test_main_prints_one_json_document(capsys: pytest.CaptureFixture) -> None:
         "mxfp8_vs_fp32_b1",
         "ours_tokens_per_s_b2",
         "transformers_tokens_per_s_b1",
+        "decode_ratio_b1",
     ):
         assert positive(row[key]), key
     assert row["target_met_b1"] == (row["ratio_b1"] >= 3.0)
+    assert isinstance(s["decode_target_met_b1"], bool)
     # identical weights, greedy: our fp32 engine decodes what transformers decodes
     assert row["greedy_tokens_match_b1"] == 1.0
     assert (
@@ -82,10 +84,16 @@ def test_main_prints_one_json_document(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_summary_logic_on_made_up_figures() -> None:
-    def side(tps: float) -> dict:
+    def side(tps: float, decode: float | None = None) -> dict:
         return {
             "peak_rss_mb": 10.0,
-            "batches": {"1": {"tokens_per_s": tps, "time_to_first_token_ms": 100 / tps}},
+            "batches": {
+                "1": {
+                    "tokens_per_s": tps,
+                    "decode_tokens_per_s": decode or tps,
+                    "time_to_first_token_ms": 100 / tps,
+                }
+            },
         }
 
     configs = {
@@ -107,8 +115,10 @@ def test_summary_logic_on_made_up_figures() -> None:
     assert s["tiny"]["ours-fp32_vs_transformers_b1"] == 1.5
     assert s["tiny"]["ttft_ratio_b1"] == 3.5
     assert s["target_met_b1"] is True
-    configs["tiny"]["sides"]["ours-fp32-compile"] = side(20.0)
-    assert bench.summarize(configs, [1])["target_met_b1"] is False
+    assert s["decode_target_met_b1"] is True and s["tiny"]["decode_ratio_b1"] == 3.5
+    configs["tiny"]["sides"]["ours-fp32-compile"] = side(20.0, decode=40.0)
+    s = bench.summarize(configs, [1])
+    assert s["target_met_b1"] is False and s["decode_target_met_b1"] is True
     del configs["tiny"]["sides"]["ours-fp32-compile"]  # --no-compile: eager is the headline
     s = bench.summarize(configs, [1])
     assert s["tiny"]["headline_side"] == "ours-fp32" and s["tiny"]["ratio_b1"] == 1.5
