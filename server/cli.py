@@ -91,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how much to log on stderr (default: warning)",
     )
     add_model_parsers(commands)
+    from training import cli as tasks_cli  # its parser only; the builders load on use
+
+    tasks_cli.add_parsers(commands)
     return parser
 
 
@@ -386,6 +389,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_serve(args)
     if args.command == "model":
         return run_model(args)
+    if args.command == "tasks":
+        from training import cli as tasks_cli
+
+        return tasks_cli.run(args)
     raise AssertionError(args.command)
 
 

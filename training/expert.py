@@ -23,6 +23,11 @@ from training.mutate import fix_edit
 from training.tasks import Task, TaskError
 
 MAX_SHOWN_TESTS = 3
+# pytest options whose value is the next word (so that word is not a test path)
+_VALUE_OPTIONS = frozenset(
+    "-p -o -k -m -c -W --rootdir --ignore --deselect --confcutdir --basetemp "
+    "--override-ini --tb --junitxml --import-mode --log-level".split()
+)
 
 
 def tool_call(name: str, **params: object) -> str:
@@ -38,12 +43,17 @@ def tool_call(name: str, **params: object) -> str:
     return "\n".join(lines)
 
 
-def test_runner(task: Task) -> str:
+def runner_command(task: Task) -> str:
     """The command that runs chosen tests: the task's test command without its trailing
     test paths, `{python}` spelled `python` (the env puts the task's interpreter first
     on PATH)."""
     words = shlex.split(task.test_command)
-    while words and not words[-1].startswith("-") and words[-1] not in ("pytest", "{python}"):
+    while (
+        len(words) > 1
+        and not words[-1].startswith("-")
+        and words[-1] not in ("pytest", "{python}")
+        and words[-2] not in _VALUE_OPTIONS
+    ):
         words.pop()
     return shlex.join(words).replace("'{python}'", "python").replace("{python}", "python")
 
@@ -73,7 +83,7 @@ class ExpertPolicy:
     def _script(self, source: str) -> list[str]:
         m, task = self.mutation, self.task
         tests = " ".join(shlex.quote(t) for t in task.fail_to_pass[:MAX_SHOWN_TESTS])
-        reproduce = f"{test_runner(task)} -x {tests}"
+        reproduce = f"{runner_command(task)} -x {tests}"
         found = enclosing_function(source, m.line)
         if found is not None:
             name, first, last = found

@@ -22,7 +22,8 @@ import msgspec
 from agent import events as ev
 from agent.executor import Executor
 from agent.lints import LintError
-from agent.policy import Policy
+from agent.policy import Message, Policy
+from agent.render import render_results_message
 from training.reward import RunShape, Score, lints_introduced, run_shape, score_tests
 
 if TYPE_CHECKING:
@@ -39,10 +40,35 @@ class Episode(msgspec.Struct, kw_only=True):
     shape: RunShape
     final_text: str
     changed_files: list[str]
+    messages: list[Message]  # the conversation exactly as the policy saw it
     events: list[ev.Event]
     seconds: float
     test_seconds: float
     error: str | None = None
+
+
+def conversation(system_prompt: str, events: list[ev.Event]) -> list[Message]:
+    """The messages a policy saw over a run, rebuilt from its transcript: the system
+    prompt, the user's prompt, then each assistant turn followed by its tool results
+    (rendered exactly as the executor renders them)."""
+    messages = [Message("system", system_prompt)]
+    results: list[tuple[str, str, bool, str]] = []
+
+    def flush() -> None:
+        if results:
+            messages.append(Message("user", render_results_message(results)))
+            results.clear()
+
+    for event in events:
+        if isinstance(event, ev.RunStart):
+            messages.append(Message("user", event.prompt))
+        elif isinstance(event, ev.Assistant):
+            flush()
+            messages.append(Message("assistant", event.text))
+        elif isinstance(event, ev.ToolResult):
+            results.append((event.call_id, event.tool, event.is_error, event.content))
+    flush()
+    return messages
 
 
 def _python_files(env: Env) -> list[str]:
@@ -105,6 +131,7 @@ async def run_episode(
         shape=run_shape(executor.events, tokens if isinstance(tokens, int) else None),
         final_text=final_text,
         changed_files=changed,
+        messages=conversation(executor.system_prompt, executor.events),
         events=list(executor.events),
         seconds=round(time.monotonic() - started, 3),
         test_seconds=round(report.duration_s, 3),

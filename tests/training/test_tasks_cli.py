@@ -1,0 +1,162 @@
+"""`tachy tasks build | check | list` as a user runs them (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from tests.training.projects import write_project
+from training.tasks import TASKS_FILE, encode_task, load_tasks
+
+TACHY = [sys.executable, "-m", "server.cli"]
+ROOT = Path(__file__).resolve().parents[2]
+
+# Each test runs real test suites in the sandbox (several seconds each on 2 busy cores).
+pytestmark = pytest.mark.timeout(300)
+
+
+def tachy(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*TACHY, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def task_set(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    project = write_project(root / "calc")
+    out = root / "set"
+    run = tachy("tasks", "build", "--local", str(project), "--max-tasks", "2", "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "calc: 2 tasks" in run.stderr and "validated" in run.stderr
+    return out
+
+
+def test_check_passes_on_a_good_set(task_set):
+    run = tachy("tasks", "check", str(task_set), "--json")
+    assert run.returncode == 0, run.stderr
+    document = json.loads(run.stdout)
+    assert document["summary"] == {"checked": 2, "valid": 2}
+    assert "2/2 tasks valid" in run.stderr
+
+
+def test_check_fails_on_a_corrupted_task_and_names_it(task_set, tmp_path):
+    broken = tmp_path / "set"
+    shutil.copytree(task_set, broken)
+    tasks = load_tasks(broken)
+    # Task 2's "bug" is replaced by the clean file: its FAIL_TO_PASS tests now pass.
+    bad = tasks[1]
+    bad.files = {path: (broken / bad.repo / path).read_text() for path in bad.files}
+    (broken / TASKS_FILE).write_bytes(b"".join(encode_task(t) + b"\n" for t in tasks))
+    run = tachy("tasks", "check", str(broken))
+    assert run.returncode == 1
+    assert f"FAIL {bad.id}" in run.stderr and "FAIL_TO_PASS" in run.stderr
+    assert f"ok   {tasks[0].id}" in run.stderr
+    assert f"failing: {bad.id}" in run.stderr
+
+
+def test_list_and_limit(task_set):
+    run = tachy("tasks", "list", str(task_set))
+    assert run.returncode == 0
+    lines = run.stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == ["calc-1", "calc-2"]
+    run = tachy("tasks", "check", str(task_set), "--limit", "1", "--json")
+    assert json.loads(run.stdout)["summary"]["checked"] == 1
+
+
+def test_rebuilding_into_the_same_directory_adds_nothing(task_set, tmp_path):
+    copy = tmp_path / "set"
+    shutil.copytree(task_set, copy)
+    before = (copy / TASKS_FILE).read_bytes()
+    source = load_tasks(copy)[0].metadata.source.removeprefix("local:")
+    run = tachy("tasks", "build", "--local", source, "--max-tasks", "2", "--out", str(copy))
+    assert run.returncode == 0, run.stderr
+    assert "already has 2 tasks" in run.stderr
+    assert (copy / TASKS_FILE).read_bytes() == before
+
+
+def test_bad_input_gets_a_clear_error(tmp_path):
+    run = tachy("tasks", "check", str(tmp_path / "nowhere"))
+    assert run.returncode == 2 and "not a task set" in run.stderr
+    run = tachy("tasks", "build", "--synthetic", "0", "--out", str(tmp_path))
+    assert run.returncode == 2 and "--synthetic must be at least 1" in run.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = tachy("tasks", "build", "--local", str(empty), "--out", str(tmp_path / "set"))
+    assert run.returncode == 1
+    assert "skipped: it has no tests" in run.stderr
+
+
+@pytest.mark.timeout(600)  # two builds' worth of test runs on a busy 2-core machine
+def test_synthetic_build(tmp_path):
+    pytest.importorskip("training.synthetic")
+    out = tmp_path / "set"
+    run = tachy(
+        "tasks", "build", "--synthetic", "2", "--seed", "1", "--max-tasks", "3", "--out", str(out)
+    )
+    assert run.returncode == 0, run.stderr
+    tasks = load_tasks(out)
+    assert tasks and all(t.env == "" and t.metadata.source.startswith("synthetic:") for t in tasks)
+    assert {t.metadata.project for t in tasks} <= {"synthetic-1", "synthetic-2"}
+    run = tachy("tasks", "check", str(out), "--limit", "2")
+    assert run.returncode == 0, run.stderr
+
+
+def _registry_reachable(spec: str) -> bool:
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            run = subprocess.run(
+                [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                 "-q", spec, "-d", tmp],
+                capture_output=True, timeout=60,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return False
+        return run.returncode == 0
+
+
+@pytest.mark.timeout(600)
+def test_pypi_build_end_to_end():
+    """One small real project from PyPI (skipped when the registry is out of reach)."""
+    spec = "inflection==0.5.1"
+    if os.environ.get("TACHY_OFFLINE") or not _registry_reachable(spec):
+        pytest.skip("PyPI is not reachable")
+    # Not under /tmp: the sandbox gives its commands their own /tmp.
+    out = Path(tempfile.mkdtemp(prefix="tachy-pypi-", dir="/var/tmp"))
+    try:
+        run = tachy("tasks", "build", "--pypi", spec, "--max-tasks", "2", "--out", str(out))
+        assert run.returncode == 0, run.stderr
+        tasks = load_tasks(out)
+        assert [t.id for t in tasks] == ["inflection-1", "inflection-2"]
+        assert all(t.env == "envs/inflection" for t in tasks)
+        assert tasks[0].metadata.source == "pypi:inflection==0.5.1"
+        record = json.loads((out / "build.json").read_text())
+        assert record["projects"]["inflection"]["tasks"] == 2
+        # The project itself is not installed: its tests import the snapshot.
+        python = out / "envs" / "inflection" / "bin" / "python"
+        show = subprocess.run([python, "-m", "pip", "show", "inflection"], capture_output=True)
+        assert show.returncode != 0
+        run = tachy("tasks", "check", str(out))
+        assert run.returncode == 0, run.stderr
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def test_unknown_pypi_project_is_skipped(tmp_path):
+    out = Path(tempfile.mkdtemp(prefix="tachy-pypi-", dir="/var/tmp"))
+    try:
+        run = tachy("tasks", "build", "--pypi", "==1.0", "--out", str(out), "--max-tasks", "1")
+        assert run.returncode == 1
+        assert "is not a project name" in run.stderr
+        record = msgspec.json.decode((out / "build.json").read_bytes())
+        assert record["projects"]["pypi:==1.0"]["skipped"]
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
