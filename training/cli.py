@@ -109,6 +109,22 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     listing = sub.add_parser("list", help="one line per task", description="List a task set.")
     listing.add_argument("dir", metavar="DIR")
 
+    demos = sub.add_parser(
+        "demos",
+        help="run the scripted expert on every task: end-to-end validation + demonstrations",
+        description=(
+            "Work each task with the scripted expert through the agent executor and the "
+            "real tools, in sandboxes from the environment server, and score it with the "
+            "task's tests. Solved runs are written to --out (JSONL: the conversation the "
+            "policy saw, and the transcript events) for the supervised warm-up; unsolved "
+            "tasks are listed with the reason. Exit 1 when any task is not solved."
+        ),
+    )
+    demos.add_argument("dir", metavar="DIR")
+    demos.add_argument("--out", required=True, metavar="FILE", help="demonstrations (JSONL)")
+    demos.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
+    demos.add_argument("--workers", type=int, default=2, metavar="N", help="rollouts at once")
+
 
 def run(args: argparse.Namespace) -> int:
     try:
@@ -116,6 +132,8 @@ def run(args: argparse.Namespace) -> int:
             return run_build(args)
         if args.tasks_command == "check":
             return run_check(args)
+        if args.tasks_command == "demos":
+            return run_demos(args)
         return run_list(args)
     except KeyboardInterrupt:
         print("tachy: interrupted (tasks already written stay valid)", file=sys.stderr)
@@ -308,3 +326,45 @@ def run_list(args: argparse.Namespace) -> int:
         where = f"{mutation.path}:{mutation.line}" if mutation else "-"
         print(f"{task.id}\t{task.metadata.source}\t{where}\t{len(task.fail_to_pass)} failing")
     return 0
+
+
+# ------------------------------------------------------------------ demos
+def run_demos(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from training.demos import write_demos
+    from training.envs import EnvError
+    from training.tasks import TaskError
+
+    if args.limit is not None and args.limit < 1:
+        return _err("--limit must be at least 1")
+    if args.workers < 1:
+        return _err("--workers must be at least 1")
+
+    def show(task, episode) -> None:
+        mark = "ok  " if episode.score.reward == 1.0 else "FAIL"
+        shape = episode.shape
+        print(
+            f"{mark} {task.id} [{episode.seconds:.1f} s, {shape.turns} turns, "
+            f"{shape.tool_calls} calls]",
+            file=sys.stderr,
+        )
+
+    try:
+        summary = asyncio.run(
+            write_demos(
+                args.dir, args.out, limit=args.limit, concurrency=args.workers, on_episode=show
+            )
+        )
+    except (TaskError, EnvError) as exc:
+        return _err(str(exc))
+    except OSError as exc:
+        return _err(f"cannot write {args.out}: {exc.strerror or exc}")
+    for task_id, why in sorted(summary.broken.items()):
+        print(f"not solved: {task_id}: {why}", file=sys.stderr)
+    print(
+        f"{summary.solved}/{summary.tasks} tasks solved by the expert in {summary.seconds:.0f} s; "
+        f"demonstrations in {args.out}",
+        file=sys.stderr,
+    )
+    return 1 if summary.broken else 0

@@ -186,9 +186,7 @@ class Env:
         try:
             if restore_tests:
                 paths = [*self.task.test_files, *self._test_config_paths()]
-                await asyncio.to_thread(
-                    snapshot.restore_paths, self.root, self.snapshot_dir, paths
-                )
+                await asyncio.to_thread(snapshot.restore_paths, self.root, self.snapshot_dir, paths)
             report = await run_tests(self._test_sandbox, command, timeout_s=self.task.timeout_s)
         except (OSError, SnapshotError) as exc:
             if not (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):

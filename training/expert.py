@@ -25,8 +25,24 @@ from training.tasks import Task, TaskError
 MAX_SHOWN_TESTS = 3
 # pytest options whose value is the next word (so that word is not a test path)
 _VALUE_OPTIONS = frozenset(
-    "-p -o -k -m -c -W --rootdir --ignore --deselect --confcutdir --basetemp "
-    "--override-ini --tb --junitxml --import-mode --log-level".split()
+    [
+        "-p",
+        "-o",
+        "-k",
+        "-m",
+        "-c",
+        "-W",
+        "--rootdir",
+        "--ignore",
+        "--deselect",
+        "--confcutdir",
+        "--basetemp",
+        "--override-ini",
+        "--tb",
+        "--junitxml",
+        "--import-mode",
+        "--log-level",
+    ]
 )
 
 
@@ -94,7 +110,7 @@ class ExpertPolicy:
             where = f"`{m.path}` around line {m.line}"
             words = m.original.strip().splitlines()[0][:60]
             look = tool_call("grep", pattern=words, path=posixpath.dirname(m.path) or ".")
-        start, end = max(1, min(first, m.line - 40)), min(last, m.line + 40)
+        start, end = max(1, first, m.line - 40), min(last, m.line + 40)
         return [
             "I'll reproduce the failure first and look up the code it exercises.\n\n"
             + tool_call("run_terminal_cmd", command=reproduce)

@@ -123,7 +123,7 @@ _SOURCE_EQUALS = re.compile(r"^\s*assert (?P<left>.+?) == (?P<right>.+)$")
 
 
 def _expectation(lines: list[str]) -> str:
-    """"It expects X but gets Y." from an `E assert a == b` line, when the assert's
+    """ "It expects X but gets Y." from an `E assert a == b` line, when the assert's
     source line shows which side is computed (a call) and which is the expected
     value; nothing when that is unclear (pytest prints the sides in source order)."""
     for i, line in enumerate(lines):

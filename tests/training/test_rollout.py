@@ -77,7 +77,7 @@ def taskset(tmp_path: Path) -> Path:
                 original="a + b",
                 mutated="a - b",
                 description="`+` changed to `-` in `add`",
-            ),  # fmt: skip
+            ),
         ),
     )
     append_tasks(tmp_path / "set", [task])

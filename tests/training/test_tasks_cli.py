@@ -63,6 +63,33 @@ def test_check_fails_on_a_corrupted_task_and_names_it(task_set, tmp_path):
     assert f"failing: {bad.id}" in run.stderr
 
 
+def test_demos_the_expert_solves_every_task_end_to_end(task_set, tmp_path):
+    out = tmp_path / "demos.jsonl"
+    run = tachy("tasks", "demos", str(task_set), "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    assert "2/2 tasks solved by the expert" in run.stderr
+    demos = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(demos) == 2 and all(d["reward"] == 1.0 for d in demos)
+    roles = [m["role"] for m in demos[0]["messages"]]
+    assert roles[:3] == ["system", "user", "assistant"] and roles[-1] == "assistant"
+    assert any('<tool_call name="edit_file">' in m["content"] for m in demos[0]["messages"])
+    assert {e["event"] for e in demos[0]["events"]} >= {"tool_call", "tool_result", "final"}
+
+
+def test_demos_report_a_task_the_expert_cannot_solve(task_set, tmp_path):
+    broken = tmp_path / "set"
+    shutil.copytree(task_set, broken)
+    tasks = load_tasks(broken)
+    # the second task's tests now expect something no fix of its bug gives
+    bad = tasks[1]
+    bad.fail_to_pass = [*bad.fail_to_pass, "tests/test_nowhere.py::test_missing"]
+    (broken / TASKS_FILE).write_bytes(b"".join(encode_task(t) + b"\n" for t in tasks))
+    run = tachy("tasks", "demos", str(broken), "--out", str(tmp_path / "d.jsonl"))
+    assert run.returncode == 1
+    assert f"not solved: {bad.id}: still failing: tests/test_nowhere.py::test_missing" in run.stderr
+    assert len((tmp_path / "d.jsonl").read_text().splitlines()) == 1
+
+
 def test_list_and_limit(task_set):
     run = tachy("tasks", "list", str(task_set))
     assert run.returncode == 0

@@ -9,7 +9,7 @@ from training.testrun import RESULTS_DIR, run_tests_in
 
 COMMAND = f"{sys.executable} -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests"
 
-SUITE = '''
+SUITE = """
 import pytest
 
 def test_ok():
@@ -36,7 +36,7 @@ def test_skipped():
 @pytest.mark.parametrize("x", [1, 2])
 def test_param(x):
     assert x == 1
-'''
+"""
 
 
 def make_suite(root: Path, extra: dict[str, str] | None = None) -> Path:
