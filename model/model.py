@@ -239,6 +239,30 @@ def moe_ffn_torch(
     return y
 
 
+def route(
+    logits: Tensor, top_k: int, norm_topk_prob: bool, replay: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    """Router logits [T, E] -> topk_weights [T, k] fp32, topk_ids [T, k]:
+
+        p = softmax(logits)                   # over all experts, fp32
+        ids = topk(p)  or the replayed ids    # replay [T, k]; rows of -1: own top-k
+        w = p[ids] / sum(p[ids])  if norm_topk_prob  else p[ids]
+
+    Routing replay (RL) runs a training forward through the experts the sampler chose,
+    so the policy ratio compares the same network; the weights still come from this
+    router, which gets its gradient. With the ids top-k would pick, it is the plain
+    routing bit for bit."""
+    probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # [T, E]
+    topk_w, topk_ids = torch.topk(probs, top_k, dim=-1)  # [T, k]
+    if replay is not None:
+        ids = replay.to(device=probs.device, dtype=torch.long)
+        topk_ids = torch.where(ids[:, :1] < 0, topk_ids, ids)
+        topk_w = probs.gather(1, topk_ids)
+    if norm_topk_prob:
+        topk_w = topk_w / topk_w.sum(dim=-1, keepdim=True)
+    return topk_w, topk_ids
+
+
 class MoE(nn.Module):
     """Top-k softmax router and stacked SwiGLU experts."""
 
@@ -285,15 +309,15 @@ class MoE(nn.Module):
             return (self.w_gate_up_q, self.w_gate_up_s), (self.w_down_q, self.w_down_s)
         return self.w_gate_up, self.w_down
 
-    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """x [B, L, D] -> y [B, L, D], router logits [T, E], topk_ids [T, k]."""
+    def forward(self, x: Tensor, replay: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """x [B, L, D] -> y [B, L, D], router logits [T, E], topk_ids [T, k]. `replay`
+        [B, L, k]: route each token to these experts instead of its own top-k (rows of
+        -1 route themselves); see route()."""
         B, L, D = x.shape
         h = x.reshape(-1, D)  # [T, D]
         logits = self.gate(h)  # [T, E]
-        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-        topk_w, topk_ids = torch.topk(probs, self.top_k, dim=-1)  # [T, k]
-        if self.norm_topk_prob:
-            topk_w = topk_w / topk_w.sum(dim=-1, keepdim=True)
+        replayed = None if replay is None else replay.reshape(-1, self.top_k)
+        topk_w, topk_ids = route(logits, self.top_k, self.norm_topk_prob, replayed)
         topk_w = topk_w.to(x.dtype)
         w_gate_up, w_down = self.expert_weights()
         # Plain torch for the fp32 baseline, and for sampling pre-quantized experts on a
@@ -329,12 +353,12 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = MLP(config.hidden_size, config.intermediate_size)
 
-    def forward(self, x, cos, sin, positions, cache, cache_len):
+    def forward(self, x, cos, sin, positions, cache, cache_len, replay=None):
         """x [B, L, D] -> x [B, L, D], (router logits [T, E], topk_ids [T, k]) or None."""
         x = x + self.self_attn(self.input_layernorm(x), cos, sin, positions, cache, cache_len)
         h = self.post_attention_layernorm(x)
         if self.is_moe:
-            y, logits, ids = self.mlp(h)
+            y, logits, ids = self.mlp(h, replay)
             return x + y, (logits, ids)
         return x + self.mlp(h), None
 
@@ -407,6 +431,7 @@ class Model(nn.Module):
         cache: KVCache | None = None,
         *,
         cache_len: int | None = None,
+        replay_routing: Tensor | None = None,
         return_routing: bool = False,
         return_aux_loss: bool = False,
     ) -> Tensor | ModelOutput:
@@ -414,7 +439,8 @@ class Model(nn.Module):
         is asked for. positions [L] or [B, L] (default 0..L-1); with `cache` the new K/V are
         written at `positions` and each token attends to cache slots <= its position among
         the first `cache_len` slots (default all max_seq: pass the slots in use, since
-        attention costs grow with it)."""
+        attention costs grow with it). `replay_routing` [moe layers, B, L, k]: route
+        token (b, t) of MoE layer i to replay_routing[i, b, t] (see route())."""
         B, L = input_ids.shape
         if positions is None:
             positions = torch.arange(L, device=input_ids.device)
@@ -433,12 +459,23 @@ class Model(nn.Module):
                 raise ValueError(
                     f"position {int(positions.max())} beyond the cache length {cache_len}"
                 )
+        if replay_routing is not None:
+            n_moe = sum(layer.is_moe for layer in self.layers)
+            want = (n_moe, B, L, self.config.num_experts_per_tok)
+            if tuple(replay_routing.shape) != want:
+                raise ValueError(
+                    f"replay_routing {tuple(replay_routing.shape)} must be [moe layers, B, L, k]"
+                    f" = {list(want)}"
+                )
         cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
 
         x = self.embed_tokens(input_ids)  # [B, L, D]
         routers = []
         for layer in self.layers:
-            x, r = layer(x, cos, sin, positions, cache, cache_len)
+            replay = None
+            if replay_routing is not None and layer.is_moe:
+                replay = replay_routing[len(routers)]  # [B, L, k]
+            x, r = layer(x, cos, sin, positions, cache, cache_len, replay)
             if r is not None:
                 routers.append(r)
         logits = self.lm_head(self.norm(x))  # [B, L, V]

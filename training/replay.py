@@ -1,0 +1,74 @@
+"""Routing replay for the training forward: route every token to the experts the
+sampler chose for it instead of to its own top-k.
+
+    out = model(ids, return_routing=True)                 # the sampler's routing, say
+    with replay_routing(model, out.routing):              # experts [moe_layers, B, L, k]
+        logits = model(ids)                               # routed exactly as recorded
+
+Why: an MoE's top-k is discontinuous, so the trainer (other numerics: full-precision
+weights, a batched forward instead of a KV-cache decode) can pick other experts than the
+sampler for a few tokens, and the policy-gradient ratio of those tokens would compare two
+different networks. The model does the replay itself (`Model.forward(...,
+replay_routing=experts)`, model.model.route gives the formula); this module checks a
+recorded routing thoroughly and offers it as a context, so code that calls the model
+(sequence_logprobs, the engine's tests) need not thread the argument through.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from model.model import Model, MoE
+
+
+def moe_modules(model: Model) -> list[MoE]:
+    """The MoE modules in layer order: the order of ModelOutput.routing's first dim."""
+    return [layer.mlp for layer in model.layers if layer.is_moe]
+
+
+def check_experts(model: Model, experts: Tensor) -> None:
+    """experts [moe_layers, B, L, k]: integer ids in [0, E) or whole rows of -1, distinct
+    within a token. Raises ValueError naming the problem."""
+    c = model.config
+    n_moe = len(moe_modules(model))
+    if experts.dim() != 4 or experts.shape[0] != n_moe or experts.shape[3] != c.num_experts_per_tok:
+        raise ValueError(
+            f"experts must be [moe_layers={n_moe}, B, L, k={c.num_experts_per_tok}], "
+            f"got {tuple(experts.shape)}"
+        )
+    if experts.is_floating_point() or experts.is_complex() or experts.dtype == torch.bool:
+        raise ValueError(f"experts must hold integer ids, got {experts.dtype}")
+    if experts.numel() == 0:
+        return
+    e = experts.long()
+    free = e < 0
+    if bool((free.any(-1) & ~free.all(-1)).any()):
+        raise ValueError("a token's experts must be all >= 0 or all -1 (route freely)")
+    if int(e.max()) >= c.num_experts or bool((e < -1).any()):
+        raise ValueError(f"expert ids must be in [0, {c.num_experts}) or -1")
+    s = e.sort(-1).values
+    if bool(((s[..., 1:] == s[..., :-1]) & ~free[..., 1:]).any()):
+        raise ValueError("a token is routed to the same expert twice")
+
+
+@contextmanager
+def replay_routing(model: Model, experts: Tensor | None) -> Iterator[None]:
+    """Within the block, every forward of `model` routes token (b, t) of MoE layer i to
+    experts[i, b, t] (rows of -1 route themselves); the forward's [B, L] must match.
+    None replays nothing (a plain forward), so callers can pass an optional field."""
+    if experts is None:
+        yield
+        return
+    check_experts(model, experts)
+    if "forward" in vars(model):
+        raise RuntimeError("replay_routing is already active on this model")
+    model.forward = functools.partial(model.forward, replay_routing=experts)
+    try:
+        yield
+    finally:
+        del model.forward
