@@ -94,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     from training import cli as tasks_cli  # its parser only; the builders load on use
 
     tasks_cli.add_parsers(commands)
+    from training import train_cli  # stdlib only at import: torch loads when a command runs
+
+    train_cli.add_parsers(commands)
     return parser
 
 
@@ -393,6 +396,10 @@ def main(argv: list[str] | None = None) -> int:
         from training import cli as tasks_cli
 
         return tasks_cli.run(args)
+    if args.command == "train":
+        from training import train_cli
+
+        return train_cli.run(args)
     raise AssertionError(args.command)
 
 

@@ -1,0 +1,461 @@
+"""`tachy train`: the supervised warm-up (pretrain, sft) and a metrics summary (plot).
+
+    tachy train pretrain --out ckpt/pre --steps 200            # the stdlib, tiny preset
+    tachy train sft --init ckpt/pre --demos demos.jsonl --out ckpt/sft --steps 100
+    tachy train pretrain --out ckpt/pre --resume               # continue exactly
+    tachy train plot ckpt/pre                                  # metrics.csv + a summary
+
+Progress goes to stderr, one JSON line per step to DIR/metrics.jsonl; DIR ends up a
+checkpoint that `model.load` reads and `--policy local:DIR` drives. A run refuses an
+--out directory that already holds one unless --resume is given; --resume takes every
+data and model option from the saved run (only --steps may change, which changes the
+cosine schedule from there on). Exit codes: 0 done, 2 bad usage or unusable data,
+130 interrupted (the last saved checkpoint stays valid).
+
+This module imports only the standard library at import time (the parser must stay
+cheap for `tachy --help`); torch and the data code load when a command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def add_parsers(commands: argparse._SubParsersAction) -> None:
+    train = commands.add_parser(
+        "train",
+        help="train the model: pretraining on code, fine-tuning on demonstrations",
+        description="The supervised warm-up of the tiny model (pretrain, sft) and its metrics.",
+    )
+    sub = train.add_subparsers(dest="train_command", metavar="COMMAND", required=True)
+
+    pre = sub.add_parser(
+        "pretrain",
+        help="pretrain on a corpus of Python source",
+        description=(
+            "Train a model from scratch on Python files (default: this interpreter's standard "
+            "library, tests excluded). Without --tokenizer a byte-level BPE of --vocab-size "
+            "is trained on the training files first. The model is the --preset with its "
+            "vocabulary set to the tokenizer's size."
+        ),
+    )
+    pre.add_argument("--out", required=True, metavar="DIR", help="checkpoint and metrics go here")
+    pre.add_argument("--corpus", metavar="PATH", help="a directory of .py files (default: stdlib)")
+    pre.add_argument("--max-files", type=int, metavar="N", help="use only the first N files")
+    pre.add_argument("--preset", default="tiny", help="model preset (default tiny)")
+    pre.add_argument("--seq-len", type=int, default=256, metavar="L", help="tokens per row (256)")
+    pre.add_argument(
+        "--heldout", type=float, default=0.02, metavar="F", help="held-out files (0.02)"
+    )
+    tok = pre.add_mutually_exclusive_group()
+    tok.add_argument("--tokenizer", metavar="PATH", help="a tokenizer.json or its directory")
+    tok.add_argument(
+        "--vocab-size", type=int, metavar="V", help="train a BPE of V ids (default: the preset's)"
+    )
+    _common_options(pre, steps=200, batch=8, lr=2e-3)
+
+    sft = sub.add_parser(
+        "sft",
+        help="fine-tune a checkpoint on the expert's demonstrations",
+        description=(
+            "Fine-tune CHECKPOINT_DIR on demonstrations (`tachy tasks demos` JSONL) in the chat "
+            "format the engine samples with; the loss is on the assistant turns only. "
+            "Conversations longer than --max-len are cut to their first --max-len tokens; "
+            "one with no assistant token within them is skipped."
+        ),
+    )
+    sft.add_argument("--init", metavar="CHECKPOINT_DIR", help="the model to start from")
+    sft.add_argument("--demos", required=True, metavar="FILE", help="demonstrations (JSONL)")
+    sft.add_argument("--out", required=True, metavar="DIR", help="checkpoint and metrics go here")
+    sft.add_argument(
+        "--max-len",
+        type=int,
+        default=4096,
+        metavar="L",
+        help="tokens per conversation (4096); a model with a shorter context is extended to L",
+    )
+    sft.add_argument("--heldout", type=float, default=0.1, metavar="F", help="held-out demos (0.1)")
+    _common_options(sft, steps=100, batch=4, lr=5e-4)
+
+    plot = sub.add_parser(
+        "plot",
+        help="plot (or, without matplotlib, tabulate) a run's metrics",
+        description=(
+            "Read DIR/metrics.jsonl. With matplotlib installed, draw the curves to --out (PNG); "
+            "without it, write them as CSV (default DIR/metrics.csv) and print a text summary."
+        ),
+    )
+    plot.add_argument("dir", metavar="DIR")
+    plot.add_argument("--out", metavar="FILE", help="the PNG or CSV to write")
+
+
+def _common_options(p: argparse.ArgumentParser, *, steps: int, batch: int, lr: float) -> None:
+    p.add_argument("--steps", type=int, metavar="N", help=f"optimizer steps (default {steps})")
+    p.add_argument("--batch", type=int, default=batch, metavar="B", help=f"rows per step ({batch})")
+    p.add_argument(
+        "--micro-batch", type=int, metavar="M", help="rows per forward (default: B; divides B)"
+    )
+    p.add_argument("--lr", type=float, default=lr, help=f"peak learning rate ({lr})")
+    p.add_argument("--warmup", type=int, default=10, metavar="N", help="warm-up steps (10)")
+    p.add_argument("--eval-every", type=int, default=50, metavar="N", help="held-out loss every N")
+    p.add_argument("--save-every", type=int, default=0, metavar="N", help="checkpoint every N")
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "mxfp8"),
+        help="expert weights in the training forward (default: fp32; sft: the checkpoint's)",
+    )
+    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch CPU threads (default: torch's; 1 is faster on a busy machine)",
+    )
+    p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    p.set_defaults(default_steps=steps)
+
+
+class UsageError(Exception):
+    """Bad options or unusable inputs: exit 2 with the message."""
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.train_command == "plot":
+            return run_plot(args)
+        return run_training(args)
+    except UsageError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tachy: interrupted (the last saved checkpoint stays valid)", file=sys.stderr)
+        return 130
+
+
+# ------------------------------------------------------------------ training
+def _check_args(args: argparse.Namespace) -> None:
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    if args.batch < 1:
+        raise UsageError(f"--batch must be at least 1, got {args.batch}")
+    micro = args.micro_batch or args.batch
+    if micro < 1 or args.batch % micro:
+        raise UsageError(f"--micro-batch ({micro}) must be >= 1 and divide --batch ({args.batch})")
+    if not args.lr > 0:
+        raise UsageError(f"--lr must be positive, got {args.lr}")
+    if min(args.warmup, args.eval_every, args.save_every) < 0:
+        raise UsageError("--warmup, --eval-every and --save-every must be >= 0")
+    if not 0 <= args.heldout < 1:
+        raise UsageError(f"--heldout must be in [0, 1), got {args.heldout}")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    if args.train_command == "pretrain":
+        if args.seq_len < 2:
+            raise UsageError(f"--seq-len must be at least 2, got {args.seq_len}")
+        if args.vocab_size is not None and args.vocab_size < 1:
+            raise UsageError(f"--vocab-size must be positive, got {args.vocab_size}")
+        if args.max_files is not None and args.max_files < 1:
+            raise UsageError(f"--max-files must be at least 1, got {args.max_files}")
+    else:
+        if args.max_len < 2:
+            raise UsageError(f"--max-len must be at least 2, got {args.max_len}")
+        if not args.resume and not args.init:
+            raise UsageError("sft needs --init CHECKPOINT_DIR (or --resume)")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def run_training(args: argparse.Namespace) -> int:
+    _check_args(args)
+    from training.sft import METRICS_FILE, STATE_FILE, TrainStateError, read_state_config
+
+    out = Path(args.out)
+    if args.resume:
+        try:
+            config, meta = read_state_config(out)
+        except TrainStateError as exc:
+            raise UsageError(str(exc)) from None
+        if meta.get("command") != args.train_command:
+            raise UsageError(
+                f"{out} holds a `{meta.get('command')}` run, not `{args.train_command}`"
+            )
+        if args.steps is not None:
+            config.steps = args.steps
+    else:
+        if any((out / f).exists() for f in (STATE_FILE, METRICS_FILE, "manifest.json")):
+            raise UsageError(
+                f"{out} already holds a checkpoint or a training run: pass --resume to continue "
+                "the run, or choose another --out (nothing there is overwritten)"
+            )
+        config = _train_config(args)
+        meta = {"command": args.train_command}
+
+    import torch
+
+    from model.hf import CheckpointError
+    from model.tokenizer import TokenizerError
+    from training.data import DataError
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(config.seed)
+    try:
+        if args.train_command == "pretrain":
+            trainer = _pretrain_setup(args, config, meta)
+        else:
+            trainer = _sft_setup(args, config, meta)
+    except (DataError, CheckpointError, TokenizerError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.resume:
+        try:
+            step = trainer.restore()
+        except TrainStateError as exc:
+            raise UsageError(str(exc)) from None
+        if step >= config.steps:
+            print(f"tachy: {out} is already at step {step} of {config.steps}", file=sys.stderr)
+            return 0
+        print(f"tachy: resuming {out} at step {step}", file=sys.stderr)
+    started = time.perf_counter()
+    history = trainer.train()
+    seconds = time.perf_counter() - started
+    if history:
+        last = history[-1]
+        tokens = sum(m["tokens"] for m in history)
+        summary = (
+            f"tachy: {len(history)} steps in {seconds:.1f} s ({len(history) / seconds:.2f} steps/s, "
+            f"{tokens / seconds:,.0f} tokens/s); loss {last['loss']:.4f}"
+        )
+        if last.get("eval_loss") is not None:
+            summary += f", held-out loss {last['eval_loss']:.4f}"
+        print(summary + f"; checkpoint in {out}", file=sys.stderr)
+    return 0
+
+
+def _train_config(args: argparse.Namespace):
+    from training.sft import TrainConfig
+
+    return TrainConfig(
+        steps=args.steps if args.steps is not None else args.default_steps,
+        batch_size=args.batch,
+        micro_batch_size=args.micro_batch or args.batch,
+        lr=args.lr,
+        warmup_steps=args.warmup,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        seed=args.seed,
+    )
+
+
+def _pretrain_setup(args: argparse.Namespace, config, meta: dict):
+    from model.checkpoint import load
+    from model.config import PRESETS, preset
+    from model.model import Model
+    from model.tokenizer import Tokenizer, train_bpe
+    from training.data import (
+        DataError,
+        corpus_files,
+        default_corpus,
+        encode_files,
+        pack_blocks,
+        split_files,
+    )
+    from training.sft import Trainer
+
+    out = Path(args.out)
+    if not args.resume:
+        meta.update(
+            corpus=str(Path(args.corpus).resolve()) if args.corpus else str(default_corpus()),
+            max_files=args.max_files,
+            seq_len=args.seq_len,
+            heldout=args.heldout,
+            preset=args.preset,
+            precision=args.precision or "fp32",
+        )
+        if args.preset not in PRESETS:
+            raise DataError(f"unknown preset {args.preset!r}; choose from {sorted(PRESETS)}")
+    root = Path(meta["corpus"])
+    files = corpus_files(root)[: meta["max_files"]]
+    train_files, heldout_files = split_files(files, meta["heldout"], root)
+    if not train_files:
+        raise DataError(f"corpus {root}: every file is held out; lower --heldout")
+    print(
+        f"tachy: corpus {root}: {len(train_files)} training files, {len(heldout_files)} held out",
+        file=sys.stderr,
+    )
+    if args.resume:
+        tokenizer = Tokenizer.from_file(out)
+        model = load(out)
+    else:
+        if args.tokenizer:
+            tokenizer = Tokenizer.from_file(args.tokenizer)
+        else:
+            vocab = args.vocab_size or PRESETS[args.preset]["vocab_size"]
+            print(f"tachy: training a BPE tokenizer of {vocab} ids ...", file=sys.stderr)
+            tokenizer = train_bpe(train_files, vocab)
+        model_config = preset(args.preset, vocab_size=tokenizer.vocab_size)
+        model = Model(model_config, precision=meta["precision"])
+    seq_len = meta["seq_len"]
+    if seq_len > model.config.max_position_embeddings - 1:
+        raise DataError(
+            f"--seq-len {seq_len} exceeds the model's {model.config.max_position_embeddings - 1} "
+            "positions"
+        )
+    train = pack_blocks(encode_files(tokenizer, train_files), seq_len)
+    heldout = (
+        pack_blocks(encode_files(tokenizer, heldout_files), seq_len) if heldout_files else None
+    )
+    if len(train) == 0:
+        raise DataError(f"corpus {root}: too small for one row of --seq-len {seq_len} tokens")
+    print(
+        f"tachy: {len(train)} training rows of {seq_len} tokens, "
+        f"{len(heldout) if heldout else 0} held out; model {model.config.num_params:,} parameters "
+        f"({meta['precision']} experts), tokenizer {tokenizer.vocab_size} ids",
+        file=sys.stderr,
+    )
+    return Trainer(model, tokenizer, train, heldout, config, out, meta=meta, log=sys.stderr)
+
+
+def _sft_setup(args: argparse.Namespace, config, meta: dict):
+    from model.checkpoint import load
+    from model.model import Model
+    from model.tokenizer import Tokenizer
+    from training.data import DataError, read_demos, sft_examples, split_demos
+    from training.sft import Trainer
+
+    out = Path(args.out)
+    demos_path = Path(args.demos)
+    demos = read_demos(demos_path)
+    if args.resume:
+        if _sha256(demos_path) != meta.get("demos_sha256"):
+            raise DataError(f"{demos_path} is not the demonstrations file the run in {out} used")
+        tokenizer, model = Tokenizer.from_file(out), load(out)
+    else:
+        init = Path(args.init)
+        tokenizer, model = Tokenizer.from_file(init), load(init)
+        if model.quantized:
+            raise DataError(
+                f"{init} holds pre-quantized experts (for sampling); it cannot be trained"
+            )
+        precision = args.precision or model.precision
+        if precision != model.precision:
+            converted = Model(model.config, precision=precision)
+            converted.load_state_dict(model.state_dict())
+            model = converted
+        if args.max_len > model.config.max_position_embeddings:
+            # RoPE has no learnt positions: the context is a number in the config, raised
+            # so that the conversations fit (and so that the engine may sample that far).
+            print(
+                f"tachy: raising the model's context from {model.config.max_position_embeddings} "
+                f"to --max-len {args.max_len} tokens",
+                file=sys.stderr,
+            )
+            model.config.max_position_embeddings = args.max_len
+        meta.update(
+            init=str(init.resolve()),
+            demos_sha256=_sha256(demos_path),
+            max_len=args.max_len,
+            heldout=args.heldout,
+        )
+    train_demos, heldout_demos = split_demos(demos, meta["heldout"])
+    if not train_demos:  # a handful of demos, all drawn for held-out: train on them all
+        train_demos, heldout_demos = heldout_demos, []
+    train, stats = sft_examples(tokenizer, train_demos, meta["max_len"])
+    heldout, _ = sft_examples(tokenizer, heldout_demos, meta["max_len"])
+    if len(train) == 0:
+        raise DataError(
+            f"{demos_path}: no demonstration has an assistant turn within --max-len "
+            f"{meta['max_len']} tokens"
+        )
+    print(
+        f"tachy: {len(train)} training conversations ({train.target_tokens:,} assistant tokens; "
+        f"{stats.truncated} cut to {meta['max_len']} tokens, {len(stats.skipped)} skipped), "
+        f"{len(heldout)} held out",
+        file=sys.stderr,
+    )
+    return Trainer(model, tokenizer, train, heldout, config, out, meta=meta, log=sys.stderr)
+
+
+# ---------------------------------------------------------------------- plot
+PLOTTED = ("loss", "eval_loss", "aux_loss", "lr", "grad_norm", "tokens_per_s")
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def read_metrics(directory: Path) -> list[dict]:
+    path = directory / "metrics.jsonl"
+    if not path.is_file():
+        raise UsageError(f"{path}: not found (not a training output directory?)")
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise UsageError(f"{path}:{n}: not JSON") from None
+    if not rows:
+        raise UsageError(f"{path}: empty")
+    return rows
+
+
+def sparkline(values: list[float], width: int = 60) -> str:
+    """The values, averaged into at most `width` buckets, as block characters."""
+    if not values:
+        return ""
+    n = min(width, len(values))
+    buckets = [values[i * len(values) // n : (i + 1) * len(values) // n] for i in range(n)]
+    means = [sum(b) / len(b) for b in buckets]
+    lo, hi = min(means), max(means)
+    span = hi - lo or 1.0
+    return "".join(SPARK[int((m - lo) / span * (len(SPARK) - 1))] for m in means)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    rows = read_metrics(directory)
+    series = {
+        k: [(r["step"], r[k]) for r in rows if r.get(k) is not None]
+        for k in PLOTTED
+        if any(r.get(k) is not None for r in rows)
+    }
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+    except ImportError:
+        plt = None
+    if plt is not None and not (args.out or "").endswith(".csv"):
+        out = Path(args.out or directory / "metrics.png")
+        fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.2 * len(series)), sharex=True)
+        for ax, (name, points) in zip(
+            list(getattr(axes, "flat", [axes])), series.items(), strict=False
+        ):
+            ax.plot(*zip(*points, strict=True), marker="." if len(points) < 50 else None)
+            ax.set_ylabel(name)
+        fig.supxlabel("step")
+        fig.tight_layout()
+        fig.savefig(out)
+        print(f"tachy: wrote {out}", file=sys.stderr)
+        return 0
+    out = Path(args.out or directory / "metrics.csv")
+    columns = ["step", *[k for k in rows[0] if k != "step"]]
+    columns += sorted({k for r in rows for k in r} - set(columns))
+    lines = [",".join(columns)]
+    lines += [",".join("" if r.get(c) is None else str(r[c]) for c in columns) for r in rows]
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(f"tachy: matplotlib is not installed; wrote the metrics as CSV to {out}", file=sys.stderr)
+    print(f"{len(rows)} steps ({rows[0]['step']}..{rows[-1]['step']})", file=sys.stderr)
+    for name, points in series.items():
+        values = [v for _, v in points]
+        print(
+            f"{name:>13}  first {values[0]:<10.4g} last {values[-1]:<10.4g} "
+            f"min {min(values):<10.4g} {sparkline(values)}",
+            file=sys.stderr,
+        )
+    return 0
