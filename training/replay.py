@@ -1,24 +1,20 @@
 """Routing replay for the training forward: route every token to the experts the
 sampler chose for it instead of to its own top-k.
 
-    out = model(ids, return_routing=True)                 # the sampler's routing, say
-    with replay_routing(model, out.routing):              # experts [moe_layers, B, L, k]
-        logits = model(ids)                               # routed exactly as recorded
+    out = model(ids, return_routing=True)                       # the sampler's routing
+    check_experts(model, out.routing)                           # [moe_layers, B, L, k]
+    logits = model(ids, replay_routing=out.routing)             # routed exactly as recorded
 
 Why: an MoE's top-k is discontinuous, so the trainer (other numerics: full-precision
 weights, a batched forward instead of a KV-cache decode) can pick other experts than the
 sampler for a few tokens, and the policy-gradient ratio of those tokens would compare two
 different networks. The model does the replay itself (`Model.forward(...,
 replay_routing=experts)`, model.model.route gives the formula); this module checks a
-recorded routing thoroughly and offers it as a context, so code that calls the model
-(sequence_logprobs, the engine's tests) need not thread the argument through.
+recorded routing thoroughly before a trainer trusts it (the model checks only its
+shape, on the hot path).
 """
 
 from __future__ import annotations
-
-import functools
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -54,21 +50,3 @@ def check_experts(model: Model, experts: Tensor) -> None:
     s = e.sort(-1).values
     if bool(((s[..., 1:] == s[..., :-1]) & ~free[..., 1:]).any()):
         raise ValueError("a token is routed to the same expert twice")
-
-
-@contextmanager
-def replay_routing(model: Model, experts: Tensor | None) -> Iterator[None]:
-    """Within the block, every forward of `model` routes token (b, t) of MoE layer i to
-    experts[i, b, t] (rows of -1 route themselves); the forward's [B, L] must match.
-    None replays nothing (a plain forward), so callers can pass an optional field."""
-    if experts is None:
-        yield
-        return
-    check_experts(model, experts)
-    if "forward" in vars(model):
-        raise RuntimeError("replay_routing is already active on this model")
-    model.forward = functools.partial(model.forward, replay_routing=experts)
-    try:
-        yield
-    finally:
-        del model.forward

@@ -262,7 +262,7 @@ def sequence_logprobs(
     log-prob of token t given tokens < t; logprobs[:, 0] = 0 (no prefix).
 
     With replay_routing the sampler's experts (batch.routed_experts) are replayed
-    (training.replay). `temperature` must be the sampler's (its log-probs are of the
+    (Model.forward's replay_routing). `temperature` must be the sampler's (its log-probs are of the
     tempered distribution); top-k / top-p truncation is not reproduced, so RL samples
     with top_k=0, top_p=1."""
     if temperature <= 0:
@@ -270,8 +270,9 @@ def sequence_logprobs(
     experts = batch.routed_experts if replay_routing else None
     if replay_routing and experts is None:
         raise ValueError("replay asked but the batch has no routed_experts")
-    with replay.replay_routing(model, experts):
-        logits = model(batch.input_ids)  # [B, L, V]
+    if experts is not None:
+        replay.check_experts(model, experts)
+    logits = model(batch.input_ids, replay_routing=experts)  # [B, L, V]
     logits = logits[:, :-1].float() / temperature  # [B, L-1, V] predicts tokens 1..L-1
     target = batch.input_ids[:, 1:, None]  # [B, L-1, 1]
     lp = logits.gather(-1, target)[..., 0] - torch.logsumexp(logits, dim=-1)  # [B, L-1]

@@ -11,7 +11,7 @@ import torch
 from model import Model, ModelConfig
 from model.generate import Engine, SamplingParams
 from model.tokenizer import train_bpe
-from training.replay import moe_modules, replay_routing
+from training.replay import check_experts, moe_modules
 from training.rl_loss import (
     TokenBatch,
     TokenSequence,
@@ -298,12 +298,9 @@ def test_replay_of_own_experts_is_the_plain_forward(precision):
     ids = rand_ids()
     with torch.no_grad():
         plain = model(ids, return_routing=True)
-        with replay_routing(model, plain.routing):
-            replayed = model(ids, return_routing=True)
+        replayed = model(ids, replay_routing=plain.routing, return_routing=True)
     assert torch.equal(replayed.routing, plain.routing)
     assert torch.equal(replayed.logits, plain.logits)
-    # the model is itself again afterwards
-    assert "forward" not in vars(model)
 
 
 def forced_experts(model, ids, seed=3) -> torch.Tensor:
@@ -322,8 +319,7 @@ def test_replay_forces_the_given_experts(precision):
     forced = forced_experts(model, ids)
     with torch.no_grad():
         plain = model(ids, return_routing=True)
-        with replay_routing(model, forced):
-            out = model(ids, return_routing=True)
+        out = model(ids, replay_routing=forced, return_routing=True)
     assert not torch.equal(forced, plain.routing)
     assert torch.equal(out.routing, forced)
     assert not torch.allclose(out.logits, plain.logits)
@@ -331,8 +327,8 @@ def test_replay_forces_the_given_experts(precision):
     # tokens without a recorded routing (-1) route themselves, the others are forced
     partial = forced.clone()
     partial[:, :, :5] = -1
-    with torch.no_grad(), replay_routing(model, partial):
-        mixed = model(ids, return_routing=True)
+    with torch.no_grad():
+        mixed = model(ids, replay_routing=partial, return_routing=True)
     assert torch.equal(mixed.routing[:, :, 5:], forced[:, :, 5:])
     # the first 5 positions see only themselves (causal): the plain forward's routing
     assert torch.equal(mixed.routing[:, :, :5], plain.routing[:, :, :5])
@@ -389,31 +385,24 @@ def test_replay_errors():
     model = make_model()
     ids = rand_ids()
     good = forced_experts(model, ids)
-    with pytest.raises(ValueError, match="moe_layers"), replay_routing(model, good[:1]):
-        pass
+    with pytest.raises(ValueError, match="moe_layers"):
+        check_experts(model, good[:1])
     bad = good.clone()
     bad[0, 0, 0, 0] = 8
-    with pytest.raises(ValueError, match=r"\[0, 8\)"), replay_routing(model, bad):
-        pass
+    with pytest.raises(ValueError, match=r"\[0, 8\)"):
+        check_experts(model, bad)
     bad = good.clone()
     bad[0, 0, 0] = torch.tensor([3, 3])
-    with pytest.raises(ValueError, match="twice"), replay_routing(model, bad):
-        pass
+    with pytest.raises(ValueError, match="twice"):
+        check_experts(model, bad)
     bad = good.clone()
     bad[0, 0, 0, 0] = -1
-    with pytest.raises(ValueError, match="all -1"), replay_routing(model, bad):
-        pass
-    with pytest.raises(ValueError, match="integer ids"), replay_routing(model, good.float()):
-        pass
-    with replay_routing(model, good), pytest.raises(ValueError, match="moe layers, B, L, k"):
-        model(ids[:, :5])
-    with (
-        replay_routing(model, good),
-        pytest.raises(RuntimeError, match="already active"),
-        replay_routing(model, good),
-    ):
-        pass
-    assert "forward" not in vars(model)
+    with pytest.raises(ValueError, match="all -1"):
+        check_experts(model, bad)
+    with pytest.raises(ValueError, match="integer ids"):
+        check_experts(model, good.float())
+    with pytest.raises(ValueError, match="moe layers, B, L, k"):
+        model(ids[:, :5], replay_routing=good)  # the model checks the shape itself
 
 
 CORPUS = [
@@ -458,8 +447,8 @@ def test_replay_reproduces_the_samplers_experts_end_to_end():
     assert lag["staleness_max"] == 2.0
     assert lag["staleness_mean"] == pytest.approx((2 * n1 + 1 * n2) / (n1 + n2))
 
-    with torch.no_grad(), replay_routing(model, batch.routed_experts):
-        out = model(batch.input_ids, return_routing=True)
+    with torch.no_grad():
+        out = model(batch.input_ids, replay_routing=batch.routed_experts, return_routing=True)
     recorded = torch.cat([first.experts, second.experts]).long().permute(1, 0, 2)
     assert torch.equal(out.routing[:, 0, gen_at], recorded)
     with torch.no_grad():
