@@ -64,6 +64,46 @@ class RunResult:
     error: str | None = None
 
 
+def check_call(
+    tools: dict[str, Tool], raw: RawCall
+) -> tuple[Tool | None, object | None, str | None]:
+    """A parsed call -> (tool, bound args, None), or the problem to report to the model
+    (with the tool's valid form when the tool exists)."""
+    tool = tools.get(raw.name or "")
+    args = None
+    problem = None
+    if raw.error:
+        problem = f"the tool call could not be parsed: {raw.error}"
+    elif tool is None:
+        problem = f"there is no tool named {raw.name!r}; the tools are: {', '.join(tools)}"
+    else:
+        try:
+            args = bind_args(tool, raw)
+        except BindError as exc:
+            problem = f"invalid call to {tool.name}: {exc}"
+    if problem and tool is not None:
+        problem += f"\nThe valid form is:\n{tool.usage()}"
+    return tool, args, problem
+
+
+async def run_call(
+    tool: Tool | None, args: object | None, problem: str | None, ctx: ToolContext
+) -> tuple[str, bool]:
+    """Run a checked call -> (content, is_error), before rendering. The one place a tool
+    runs: the executor, and the environment server's single calls, both come here."""
+    if problem is not None:
+        return problem, True
+    try:
+        return await tool.run(args, ctx), False
+    except (ToolError, WorkspaceError) as exc:
+        return str(exc), True
+    except Exception as exc:  # a tool bug must not end the run
+        log.exception("tool %s failed", tool.name)
+        root = str(ctx.workspace.root)
+        message = str(exc).replace(root + "/", "").replace(root, ".")
+        return f"internal error in {tool.name}: {type(exc).__name__}: {message}", True
+
+
 class _Turn:
     """The calls of one assistant turn: scheduled as they are parsed, collected in order."""
 
@@ -75,20 +115,7 @@ class _Turn:
     def submit(self, raw: RawCall) -> None:
         ex = self.executor
         call_id = f"call_{self.turn}_{raw.index}"
-        tool = ex.tools.get(raw.name or "")
-        args = None
-        problem = None
-        if raw.error:
-            problem = f"the tool call could not be parsed: {raw.error}"
-        elif tool is None:
-            problem = f"there is no tool named {raw.name!r}; the tools are: {', '.join(ex.tools)}"
-        else:
-            try:
-                args = bind_args(tool, raw)
-            except BindError as exc:
-                problem = f"invalid call to {tool.name}: {exc}"
-        if problem and tool is not None:
-            problem += f"\nThe valid form is:\n{tool.usage()}"
+        tool, args, problem = check_call(ex.tools, raw)
         access = self._access(tool, args)
         shown_args = dict(raw.params)
         if args is not None:
@@ -129,21 +156,7 @@ class _Turn:
         if waits:
             await asyncio.wait(waits)
         started = time.perf_counter()
-        if problem is not None:
-            content, is_error = problem, True
-        else:
-            try:
-                content, is_error = await tool.run(args, self.executor.ctx), False
-            except (ToolError, WorkspaceError) as exc:
-                content, is_error = str(exc), True
-            except Exception as exc:  # a tool bug must not end the run
-                log.exception("tool %s failed", name)
-                root = str(self.executor.ctx.workspace.root)
-                message = str(exc).replace(root + "/", "").replace(root, ".")
-                content, is_error = (
-                    f"internal error in {name}: {type(exc).__name__}: {message}",
-                    True,
-                )
+        content, is_error = await run_call(tool, args, problem, self.executor.ctx)
         meta = {
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
             # Wall-clock end, so a client can measure how late it heard of the result.

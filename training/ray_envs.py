@@ -22,10 +22,10 @@ from typing import Any
 
 import ray
 
+from agent.executor import check_call, run_call
 from agent.parser import RawCall
 from agent.render import render_result
-from agent.tools import ALL_TOOLS, BindError, ToolError, bind_args
-from agent.workspace import WorkspaceError
+from agent.tools import ALL_TOOLS
 from training.envs import Env, EnvError, EnvLimits, EnvPool
 from training.testrun import TestReport
 
@@ -84,17 +84,13 @@ class EnvService:
         return str(self._env(env_id).root)
 
     async def call_tool(self, env_id: str, name: str, params: dict[str, str]) -> dict[str, Any]:
-        """One tool call as the executor makes it (bind, run, render):
-        {"is_error": bool, "content": the text the model sees}."""
+        """One tool call exactly as the executor makes it (agent.executor's check_call
+        and run_call, then render_result): {"is_error": bool, "content": the text the
+        model sees}."""
         env = self._env(env_id)
-        tool = _TOOLS.get(name)
-        if tool is None:
-            raise EnvError(f"unknown tool {name!r}; tools are {', '.join(sorted(_TOOLS))}")
         raw = RawCall(index=0, name=name, params={k: str(v) for k, v in params.items()})
-        try:
-            content, is_error = await tool.run(bind_args(tool, raw), env.ctx), False
-        except (BindError, ToolError, WorkspaceError) as exc:
-            content, is_error = str(exc), True
+        tool, args, problem = check_call(_TOOLS, raw)
+        content, is_error = await run_call(tool, args, problem, env.ctx)
         return {"is_error": is_error, "content": render_result(content, is_error)}
 
     async def run_tests(self, env_id: str, restore_tests: bool = True) -> TestReport:
