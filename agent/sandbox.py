@@ -20,6 +20,7 @@ import os
 import resource
 import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -102,6 +103,16 @@ def _root_binds() -> list[str]:
 
 
 _OWN_MOUNTS = frozenset({"dev", "proc", "tmp", "run", SANDBOX_MOUNT.strip("/")})
+_PRIVATE = ("/tmp", "/run")  # replaced by empty tmpfs inside the sandbox
+
+
+def own_install_paths() -> list[str]:
+    """tachy's own interpreter environment and code, where they lie under a directory
+    the sandbox replaces (a checkout or CI clone under /tmp): bound read-only so that
+    commands can still run `python` from tachy's environment (the training tasks' test
+    runs do, with tachy's pytest plugin)."""
+    own = {os.path.realpath(sys.prefix), str(Path(__file__).resolve().parents[1])}
+    return sorted(p for p in own if any(p == d or p.startswith(d + "/") for d in _PRIVATE))
 
 
 # How long to wait for the output pipe to close after the command's processes were
@@ -367,6 +378,7 @@ class Sandbox:
             "--proc", "/proc",
             "--tmpfs", "/tmp",
             "--tmpfs", "/run",
+            *[arg for p in own_install_paths() for arg in ("--ro-bind", p, p)],
             "--bind", root, root,
             "--bind", root, SANDBOX_MOUNT,
             "--unshare-all",

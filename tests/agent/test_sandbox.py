@@ -294,7 +294,10 @@ async def test_writes_outside_the_workspace_fail(repo, ctx):
         command=f"touch /usr/tachy-{tag}; touch /etc/tachy-{tag}; echo $HOME; touch $HOME/home-{tag}; ls $HOME",
     )
     assert content.count("Read-only file system") == 2
-    assert f"/tmp\nhome-{tag}" in content
+    # HOME is the private /tmp (which may also hold the directories leading to the
+    # workspace or to tachy's own environment, where those live under /tmp)
+    lines = content.splitlines()
+    assert "/tmp" in lines and f"home-{tag}" in lines[lines.index("/tmp") :]
     assert not Path(f"/usr/tachy-{tag}").exists() and not Path(f"/etc/tachy-{tag}").exists()
     assert not Path(f"/tmp/home-{tag}").exists()
     assert not Path(os.path.expanduser(f"~/home-{tag}")).exists()
@@ -530,3 +533,16 @@ async def test_file_size_and_core_limits_apply(repo, bwrap):
     )
     assert "Exit code: 0\n0\n" in content  # no core dumps
     assert (repo / "big.bin").stat().st_size == 1024 * 1024
+
+
+def test_tachys_own_install_stays_visible_under_a_private_tmp(monkeypatch):
+    """A checkout or CI clone under /tmp: the sandbox's private /tmp would hide tachy's
+    interpreter environment, so it is bound back read-only; elsewhere nothing is."""
+    import sys
+
+    from agent import sandbox
+
+    monkeypatch.setattr(sys, "prefix", "/tmp/clone/.venv")
+    assert "/tmp/clone/.venv" in sandbox.own_install_paths()
+    monkeypatch.setattr(sys, "prefix", "/opt/venv")
+    assert "/opt/venv" not in sandbox.own_install_paths()
