@@ -484,13 +484,18 @@ def _register_atexit(pool: EnvPool):
 
 
 def _start_time(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot): with the pid, it tells a live
-    owner from a new process that reused a dead owner's pid."""
+    """A live process's start time (clock ticks since boot): with the pid, it tells a
+    live owner from a new process that reused a dead owner's pid. None when there is
+    no such process, or only its zombie (killed, not yet reaped by its parent: a Ray
+    worker after ray.kill stays one until the raylet reaps it)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[19].decode()
-    except (OSError, IndexError):
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except OSError:
         return None
+    if len(fields) < 20 or fields[0] in (b"Z", b"X"):
+        return None
+    return fields[19].decode()
 
 
 def _owner_alive(directory: Path, pid: int) -> bool:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -118,17 +120,24 @@ def test_killed_actor_is_swept_by_the_next_pool(setup, tmp_path_factory) -> None
     actor = EnvActor.remote(str(taskset), size=1, workdir=str(workdir))
     pid = ray.get(actor.info.remote())["pid"]
     env_id = ray.get(actor.acquire.remote("calc-1"))
+    # a marker of this run only: processes of other runs must not count
+    marker = str(random.randrange(10**8, 10**9))
     ray.get(
         actor.call_tool.remote(
-            env_id, "run_terminal_cmd", {"command": "sleep 987662", "background": "true"}
+            env_id, "run_terminal_cmd", {"command": f"sleep {marker}", "background": "true"}
         )
     )
-    assert wait_present("987662")
+    assert wait_present(marker)
     ray.kill(actor)  # SIGKILL: no cleanup runs
-    assert wait_gone("987662", timeout_s=15) == []
-    from training.envs import EnvPool
+    from training.envs import EnvPool, _start_time
 
+    deadline = time.monotonic() + 30
+    while _start_time(pid) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)  # ray.kill returns before the worker is dead
+    # Its commands die with it (bubblewrap's --die-with-parent), at the latest when the
+    # next pool on the machine sweeps the dead owner's sandboxes and cgroups.
     with EnvPool(taskset, size=0, workdir=workdir) as pool:
         assert any(name.startswith(f"{pid}-") for name in pool.swept)
+    assert wait_gone(marker, timeout_s=15) == []
     assert mounts_in(workdir) == []
     assert [p.name for p in workdir.iterdir() if not p.name.startswith(".")] == []
