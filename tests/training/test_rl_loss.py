@@ -8,9 +8,10 @@ import math
 import pytest
 import torch
 
-from model import Model, ModelConfig
+from model import Model
 from model.generate import Engine, SamplingParams
 from model.tokenizer import train_bpe
+from tests.model import test_model as model_tests
 from training.replay import check_experts, moe_modules
 from training.rl_loss import (
     TokenBatch,
@@ -216,25 +217,9 @@ def test_policy_loss_errors():
 # ---------------------------------------------------------------------- tiny models
 
 
-def small_config(**overrides) -> ModelConfig:
-    kw = dict(
-        vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=32,
-        num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        num_experts=8, num_experts_per_tok=2, norm_topk_prob=True, mlp_only_layers=[1],
-        rope_theta=10000.0, max_position_embeddings=128,
-    )  # fmt: skip
-    kw.update(overrides)
-    return ModelConfig(**kw)
-
-
-def make_model(precision="fp32", seed=0, **overrides) -> Model:
-    torch.manual_seed(seed)
-    m = Model(small_config(**overrides), precision=precision)
-    with torch.no_grad():
-        for name, p in m.named_parameters():
-            if not name.endswith("norm.weight"):
-                p.normal_(0.0, 0.1)
-    return m
+def make_model(precision="fp32", **overrides) -> Model:
+    """The model tests' tiny MoE (3 layers, one of them dense), fp32 by default."""
+    return model_tests.make_model(precision, **overrides)
 
 
 def rand_ids(shape=(2, 12), seed=1, vocab=256):
