@@ -372,7 +372,14 @@ def run_serve(args: argparse.Namespace) -> int:
         format="tachy %(levelname)s %(name)s: %(message)s",
     )
     logging.getLogger("pygls").setLevel(max(logging.WARNING, logging.root.level))
-    return serve(args.tcp)
+    try:
+        return serve(args.tcp)
+    except OSError as exc:
+        if args.tcp is None:
+            raise
+        # Binding failed (the port is taken, the address is not this machine's).
+        print(f"tachy: cannot listen on {args.tcp}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -212,25 +212,31 @@ def free_port() -> int:
 
 @pytest.mark.parametrize("shutdown", [True, False])
 async def test_tcp(repo: Path, shutdown: bool):
-    port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        *server_command(),
-        "--tcp",
-        f"127.0.0.1:{port}",
-        cwd=PROJECT,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    # The free port may be taken by another process before the server binds it: then
+    # the server must say so and exit, and the test takes another port.
+    for _attempt in range(3):
+        port = free_port()
+        proc = await asyncio.create_subprocess_exec(
+            *server_command(),
+            "--tcp",
+            f"127.0.0.1:{port}",
+            cwd=PROJECT,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        deadline = asyncio.get_running_loop().time() + 30
+        while proc.returncode is None:
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                assert asyncio.get_running_loop().time() < deadline, "the server never listened"
+                await asyncio.sleep(0.05)
+        if proc.returncode is None:
+            break
+        stderr = (await proc.stderr.read()).decode()
+        assert proc.returncode == 2 and "in use" in stderr, f"the server exited: {stderr}"
     try:
-
-        async def connect() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-            while True:
-                try:
-                    return await asyncio.open_connection("127.0.0.1", port)
-                except OSError:
-                    assert proc.returncode is None, "the server exited"
-                    await asyncio.sleep(0.05)
-
-        c = RawConnection(*await asyncio.wait_for(connect(), 30))
+        c = RawConnection(reader, writer)
         initialized = await c.initialize([repo])
         assert initialized["result"]["serverInfo"]["name"] == "tachy"
 
@@ -249,6 +255,21 @@ async def test_tcp(repo: Path, shutdown: bool):
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_tcp_on_a_taken_port_says_so():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = await asyncio.create_subprocess_exec(
+            *server_command(), "--tcp", f"127.0.0.1:{port}", cwd=PROJECT,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in stderr.decode() and b"in use" in stderr
+    assert b"Traceback" not in stderr
 
 
 async def test_tcp_rejects_a_bad_address():
