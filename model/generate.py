@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from model.model import Model
-from model.tokenizer import IM_END, IM_START, IncrementalDecoder, Tokenizer
+from model.tokenizer import IncrementalDecoder, Tokenizer
 
 
 @dataclass
@@ -157,21 +157,18 @@ class Engine:
         if compile:
             self._decode = torch.compile(self._decode_step, dynamic=None)
 
+    def load_weights(self, state: dict[str, Tensor]) -> None:
+        """Copy new weights (a full state dict of this model) in place, between
+        generations, never during one (RL weight sync); a compiled decode step stays
+        valid."""
+        with self._lock, torch.no_grad():
+            self.model.load_state_dict(state, strict=True)
+
     # ------------------------------------------------------------------ prompts
     def chat_prompt(self, messages: list[tuple[str, str]]) -> list[int]:
-        """Qwen/ChatML: `<|im_start|>role\\ncontent<|im_end|>\\n` per message, then
-        `<|im_start|>assistant\\n`. Roles and contents are encoded with
-        allow_special=False (they cannot fake a turn); the markers are special tokens."""
-        tok = self.tokenizer
-        start, end = tok.token_to_id(IM_START), tok.token_to_id(IM_END)
-        if start is None or end is None:
-            raise ValueError(f"the tokenizer has no {IM_START} / {IM_END} tokens for chat")
-        newline = tok.encode("\n", allow_special=False)
-        ids: list[int] = []
-        for role, content in messages:
-            ids += [start, *tok.encode(f"{role}\n", allow_special=False)]
-            ids += [*tok.encode(content, allow_special=False), end, *newline]
-        return [*ids, start, *tok.encode("assistant\n", allow_special=False)]
+        """The prompt ids of a chat, ready for the assistant's turn (Tokenizer.encode_chat
+        with the generation prompt; ValueError if the tokenizer has no chat markers)."""
+        return self.tokenizer.encode_chat(messages, generation_prompt=True)[0]
 
     def complete(self, prompt: str, params: SamplingParams, **kw) -> Generation:
         """One text prompt (encoded with special tokens allowed), one Generation."""

@@ -245,6 +245,34 @@ class Tokenizer:
             self._plain = plain
         return self._plain
 
+    def encode_chat(
+        self, messages: Sequence[tuple[str, str]], *, generation_prompt: bool = False
+    ) -> tuple[list[int], list[int]]:
+        """(ids, mask) of a conversation in the chat format (Qwen's ChatML):
+        `<|im_start|>role\\ncontent<|im_end|>\\n` per message, then, with
+        `generation_prompt`, `<|im_start|>assistant\\n` (where the model writes next).
+        Roles and contents are encoded with allow_special=False, so no text can fake a
+        turn; the markers are the control tokens. `mask` is 1 on the tokens a model
+        writes (each assistant content and its `<|im_end|>`), 0 elsewhere. The one
+        renderer of chats: the engine's prompts, SFT data and RL rollouts all use it."""
+        start, end = self.token_to_id(IM_START), self.token_to_id(IM_END)
+        if start is None or end is None:
+            raise TokenizerError(f"the tokenizer has no {IM_START} / {IM_END} tokens for chat")
+        newline = self.encode("\n", allow_special=False)
+        ids: list[int] = []
+        mask: list[int] = []
+        for role, content in messages:
+            header = [start, *self.encode(f"{role}\n", allow_special=False)]
+            body = [*self.encode(content, allow_special=False), end]
+            learn = 1 if role == "assistant" else 0
+            ids += header + body + newline
+            mask += [0] * len(header) + [learn] * len(body) + [0] * len(newline)
+        if generation_prompt:
+            header = [start, *self.encode("assistant\n", allow_special=False)]
+            ids += header
+            mask += [0] * len(header)
+        return ids, mask
+
     def decode(self, ids: Iterable[int], *, skip_special_tokens: bool = False) -> str:
         return self.backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 

@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from model.tokenizer import ENDOFTEXT, IM_END, IM_START, Tokenizer
+from model.tokenizer import ENDOFTEXT, Tokenizer, TokenizerError
 
 TEST_DIRS = frozenset({"test", "tests", "idle_test"})
 SKIP_DIRS = frozenset({"site-packages", "__pycache__"})
@@ -209,21 +209,12 @@ def read_demos(path: str | Path) -> list[dict]:
 
 
 def render_chat(tok: Tokenizer, messages: Sequence[tuple[str, str]]) -> tuple[list[int], list[int]]:
-    """(ids, mask) of a conversation in Engine.chat_prompt's format; mask 1 on assistant
-    content tokens and their `<|im_end|>`."""
-    start, end = tok.token_to_id(IM_START), tok.token_to_id(IM_END)
-    if start is None or end is None:
-        raise DataError(f"the tokenizer has no {IM_START} / {IM_END} tokens for chat")
-    newline = tok.encode("\n", allow_special=False)
-    ids: list[int] = []
-    mask: list[int] = []
-    for role, content in messages:
-        header = [start, *tok.encode(f"{role}\n", allow_special=False)]
-        body = [*tok.encode(content, allow_special=False), end]
-        learn = 1 if role == "assistant" else 0
-        ids += header + body + newline
-        mask += [0] * len(header) + [learn] * len(body) + [0] * len(newline)
-    return ids, mask
+    """(ids, mask) of a conversation in Engine.chat_prompt's format (Tokenizer.encode_chat);
+    mask 1 on assistant content tokens and their `<|im_end|>`."""
+    try:
+        return tok.encode_chat(messages)
+    except TokenizerError as exc:
+        raise DataError(str(exc)) from None
 
 
 @dataclass

@@ -7,7 +7,9 @@ The executor gets the Env's ToolContext (its Workspace and terminal Sandbox), ex
 as the language server builds one for an editor; only the workspace and the policy
 differ. When the run ends, the task's test files are put back and its test command
 scores the result (training.reward). A run cut by a limit (turns or wall clock) is
-marked `truncated`: the trainer masks it rather than scoring it as a failure.
+marked `truncated`: the trainer masks it rather than scoring it as a failure. Setting
+the `abort` event stops a run early (the RL controller no longer needs it): its
+commands are killed, its tests are not run, and it ends `aborted` (also truncated).
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from training.reward import RunShape, Score, lints_introduced, run_shape, score_
 if TYPE_CHECKING:
     from training.envs import Env
 
-TRUNCATING = frozenset({"max_turns", "timeout"})
+TRUNCATING = frozenset({"max_turns", "timeout", "aborted"})
 
 
 class Episode(msgspec.Struct, kw_only=True):
     task_id: str
-    stop_reason: str  # the executor's (end_turn, max_turns, cancelled, error) or timeout
+    # the executor's (end_turn, max_turns, cancelled, error), timeout or aborted
+    stop_reason: str
     truncated: bool  # cut by a limit: masked by the trainer, not scored as a failure
     score: Score
     shape: RunShape
@@ -82,6 +85,7 @@ async def run_episode(
     max_turns: int = 30,
     timeout_s: float | None = None,
     on_event: Callable[[ev.Event], None] | None = None,
+    abort: asyncio.Event | None = None,
 ) -> Episode:
     """Run the task's instruction through the executor in `env`, then score it.
 
@@ -99,13 +103,27 @@ async def run_episode(
         lints_before = None
     executor = Executor(env.ctx, policy, max_turns=max_turns, on_event=on_event)
     run = asyncio.ensure_future(executor.run(task.instruction))
-    done, _ = await asyncio.wait({run}, timeout=limit)
+    aborted = asyncio.ensure_future((abort or asyncio.Event()).wait())
+    try:
+        done, _ = await asyncio.wait({run, aborted}, timeout=limit, return_when="FIRST_COMPLETED")
+    finally:
+        aborted.cancel()
     if run in done:
         result = run.result()
         stop_reason, final_text, error = result.stop_reason, result.final_text, result.error
     else:
         executor.cancel()  # generation stops, commands are killed
         await asyncio.gather(run, return_exceptions=True)
+        if aborted in done:
+            return Episode(
+                task_id=task.id, stop_reason="aborted", truncated=True,
+                score=Score(reward=0.0, fixed=[], still_failing=[], broken=[]),
+                shape=run_shape(executor.events), final_text="",
+                changed_files=env.workspace.changed_files(),
+                messages=conversation(executor.system_prompt, executor.events),
+                events=list(executor.events), seconds=round(time.monotonic() - started, 3),
+                test_seconds=0.0, error="aborted by the caller",
+            )  # fmt: skip
         stop_reason, final_text, error = "timeout", "", f"the rollout exceeded {limit:g} s"
     changed = env.workspace.changed_files()
     introduced = 0

@@ -297,37 +297,15 @@ class Trainer:
         }
 
     def save(self) -> Path:
-        """Write the checkpoint and the trainer state into `out`: everything into a
-        scratch directory first, then moved in with the state file last, so a crash
-        leaves either the old pair or a pair the weights hash check refuses."""
-        scratch = self.out / ".saving"
-        shutil.rmtree(scratch, ignore_errors=True)
-        save(self.model, scratch, tokenizer=self.tokenizer)
-        manifest = json.loads((scratch / "manifest.json").read_text())
-        state = self.state_dict() | {"weights_sha256": manifest["sha256"]}
-        torch.save(state, scratch / STATE_FILE)
-        for f in sorted(scratch.iterdir(), key=lambda f: f.name == STATE_FILE):
-            os.replace(f, self.out / f.name)
-        scratch.rmdir()
+        """Write the checkpoint and the trainer state into `out` (write_checkpoint)."""
+        write_checkpoint(self.model, self.tokenizer, self.out, self.state_dict())
         self.model.train()
         return self.out
 
     def restore(self) -> int:
         """Load `out`'s trainer state into this trainer (whose model must be the one
         loaded from `out`); cut metrics.jsonl back to the restored step. Returns it."""
-        path = self.out / STATE_FILE
-        if not path.is_file():
-            raise TrainStateError(f"{path}: missing (nothing to resume in {self.out})")
-        try:
-            state = torch.load(path, weights_only=True)
-            manifest = json.loads((self.out / "manifest.json").read_text())
-        except Exception as exc:
-            raise TrainStateError(f"{path}: unreadable ({exc})") from None
-        if state.get("weights_sha256") != manifest.get("sha256"):
-            raise TrainStateError(
-                f"{self.out}: the weights do not belong to {STATE_FILE} (a save was "
-                "interrupted?); cannot resume exactly"
-            )
+        state = read_state(self.out)
         saved = TrainConfig(**state["config"])
         if (saved.seed, saved.batch_size) != (self.config.seed, self.config.batch_size):
             raise TrainStateError(
@@ -340,15 +318,54 @@ class Trainer:
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         self.model.train()
-        metrics = self.out / METRICS_FILE
-        if metrics.is_file():
-            kept = [
-                line
-                for line in metrics.read_text(encoding="utf-8").splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= self.step
-            ]
-            metrics.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        truncate_metrics(self.out, self.step)
         return self.step
+
+
+def write_checkpoint(model: Model, tokenizer: Tokenizer, out: Path, state: dict[str, Any]) -> None:
+    """The model (model.save: loadable by model.load and `local:`) and a trainer state
+    into `out`: everything into a scratch directory first, then moved in with the state
+    file last, so a crash leaves either the old pair or a pair the weights hash check
+    refuses. The state gets the weights' SHA-256."""
+    scratch = out / ".saving"
+    shutil.rmtree(scratch, ignore_errors=True)
+    save(model, scratch, tokenizer=tokenizer)
+    manifest = json.loads((scratch / "manifest.json").read_text())
+    torch.save(state | {"weights_sha256": manifest["sha256"]}, scratch / STATE_FILE)
+    for f in sorted(scratch.iterdir(), key=lambda f: f.name == STATE_FILE):
+        os.replace(f, out / f.name)
+    scratch.rmdir()
+
+
+def read_state(out: str | Path) -> dict[str, Any]:
+    """The trainer state saved in `out`, checked against the weights beside it."""
+    out = Path(out)
+    path = out / STATE_FILE
+    if not path.is_file():
+        raise TrainStateError(f"{path}: missing (nothing to resume in {out})")
+    try:
+        state = torch.load(path, weights_only=True)
+        manifest = json.loads((out / "manifest.json").read_text())
+    except Exception as exc:
+        raise TrainStateError(f"{path}: unreadable ({exc})") from None
+    if state.get("weights_sha256") != manifest.get("sha256"):
+        raise TrainStateError(
+            f"{out}: the weights do not belong to {STATE_FILE} (a save was "
+            "interrupted?); cannot resume exactly"
+        )
+    return state
+
+
+def truncate_metrics(out: Path, step: int) -> None:
+    """Cut out/metrics.jsonl back to the lines of steps <= `step` (a resumed run)."""
+    metrics = out / METRICS_FILE
+    if metrics.is_file():
+        kept = [
+            line
+            for line in metrics.read_text(encoding="utf-8").splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
+        metrics.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
 
 
 def read_state_config(out: str | Path) -> tuple[TrainConfig, dict[str, Any]]:

@@ -82,6 +82,23 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     sft.add_argument("--heldout", type=float, default=0.1, metavar="F", help="held-out demos (0.1)")
     _common_options(sft, steps=100, batch=4, lr=5e-4)
 
+    rl = sub.add_parser(
+        "rl",
+        help="reinforcement learning on tasks, rollouts in sandboxes (Ray)",
+        description=(
+            "Improve a checkpoint by RL: group_size runs of each task from the same start in "
+            "sandboxed repositories (the agent executor and tools as in the editor), scored "
+            "by the task's tests, and the model moved toward the better runs. Everything is "
+            "set in a TOML config file of training.rl.RLConfig fields (see "
+            "training/configs/rl-tiny.toml); relative paths in it are from its directory."
+        ),
+    )
+    rl.add_argument("--config", required=True, metavar="FILE", help="the run's TOML config")
+    rl.add_argument("--out", required=True, metavar="DIR", help="checkpoint and metrics go here")
+    rl.add_argument("--steps", type=int, metavar="N", help="RL steps (default: the config's)")
+    rl.add_argument("--seed", type=int, metavar="S", help="override the config's seed")
+    rl.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+
     plot = sub.add_parser(
         "plot",
         help="plot (or, without matplotlib, tabulate) a run's metrics",
@@ -128,6 +145,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.train_command == "plot":
             return run_plot(args)
+        if args.train_command == "rl":
+            return run_rl(args)
         return run_training(args)
     except UsageError as exc:
         print(f"tachy: {exc}", file=sys.stderr)
@@ -135,6 +154,45 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("tachy: interrupted (the last saved checkpoint stays valid)", file=sys.stderr)
         return 130
+
+
+# ------------------------------------------------------------------ RL
+def run_rl(args: argparse.Namespace) -> int:
+    from training.rl import RLConfig, RLRun, check_resumable
+    from training.sft import TrainStateError
+
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    try:
+        config = RLConfig.from_file(args.config, steps=args.steps, seed=args.seed)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out)
+    if args.resume:
+        try:
+            saved = check_resumable(out)
+        except TrainStateError as exc:
+            raise UsageError(str(exc)) from None
+        changed = [
+            k for k in ("seed", "group_size", "groups_per_step") if saved[k] != getattr(config, k)
+        ]
+        if changed:
+            raise UsageError(f"--resume with other {', '.join(changed)} than the saved run's")
+    elif (out / "trainer_state.pt").exists():
+        raise UsageError(f"{out} already holds a run; pass --resume to continue it")
+    started = time.perf_counter()
+    try:
+        with RLRun(config, out, resume=args.resume, log=sys.stderr) as run:
+            history = run.train()
+    except (ValueError, TrainStateError) as exc:
+        raise UsageError(str(exc)) from None
+    last = history[-1] if history else {}
+    print(
+        f"tachy: {len(history)} RL steps in {time.perf_counter() - started:.1f} s; "
+        f"last reward {last.get('reward', 'n/a')}; checkpoint in {out}",
+        file=sys.stderr,
+    )
+    return 0
 
 
 # ------------------------------------------------------------------ training

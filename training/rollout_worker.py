@@ -1,0 +1,145 @@
+"""The rollout worker: an environment server (ray_envs.EnvService) that also runs RL
+rollouts, the agent executor imported unchanged, sampling token in, token out from an
+inference actor.
+
+    worker = RolloutWorker.remote("tasks/", "ckpt/", size=4)
+    result = await worker.rl_rollout.remote("r17", "calc-1", inference_actor, settings)
+    await worker.abort.remote("r17")          # the run stops; result.status == "aborted"
+
+A result is scored only when the agent ended its run itself (stop reason end_turn);
+a run cut by a limit (turns, wall clock, tokens), one whose weights became too stale,
+an aborted one and one whose sampler failed are masked: kept out of the loss and out
+of their group's baseline, never scored as failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from model.policy import find_tokenizer
+from training.envs import EnvLimits
+from training.ray_envs import EnvService
+from training.rl_loss import TokenSequence
+from training.rollout import run_episode
+from training.token_policy import Sample, TokenPolicy
+
+STATUSES = ("scored", "truncated", "max_tokens", "stale", "aborted", "error")
+
+
+@dataclass
+class RolloutSettings:
+    max_turns: int = 8
+    max_tokens: int = 4096  # prompt and generations, the whole rollout
+    max_new_tokens: int = 256  # per turn
+    timeout_s: float = 120.0  # the agent's run (tests excluded)
+    max_staleness: int | None = 1  # eta; None: unbounded
+    temperature: float | None = None  # None: the inference actor's
+
+
+@dataclass
+class RolloutResult:
+    rollout_id: str
+    task_id: str
+    status: str  # one of STATUSES; only "scored" rollouts enter the loss
+    reward: float
+    stop_reason: str
+    seconds: float
+    turns: int = 0
+    tool_calls: int = 0
+    turns_with_calls: int = 0
+    parallel_calls_per_turn: float = 0.0
+    tokens: int = 0  # generated
+    versions: tuple[int, int] | None = None  # (oldest, newest) policy version sampled
+    error: str = ""
+    sequence: TokenSequence = field(default_factory=TokenSequence)
+
+    @property
+    def masked(self) -> bool:
+        return self.status != "scored"
+
+
+class RolloutService(EnvService):
+    def __init__(
+        self,
+        taskset_dir: str | os.PathLike[str],
+        checkpoint_dir: str | os.PathLike[str],
+        *,
+        size: int = 2,
+        workdir: str | os.PathLike[str] | None = None,
+        limits: EnvLimits | None = None,
+    ) -> None:
+        super().__init__(taskset_dir, size=size, workdir=workdir, limits=limits)
+        self.tokenizer = find_tokenizer(Path(checkpoint_dir))
+        self.running: dict[str, asyncio.Event] = {}  # abort events by rollout id
+
+    async def rl_rollout(
+        self, rollout_id: str, task_id: str, sampler: Any, settings: RolloutSettings
+    ) -> RolloutResult:
+        """One rollout of `task_id` from its start state, sampled from `sampler` (an
+        inference actor handle, or an InferenceService in-process)."""
+        remote = hasattr(sampler.generate, "remote")
+
+        async def sample(ids: list[int], n: int) -> Sample:
+            if remote:
+                return await sampler.generate.remote(ids, n, settings.temperature)
+            return await sampler.generate(ids, n, settings.temperature)
+
+        policy = TokenPolicy(
+            sample, self.tokenizer, max_tokens=settings.max_tokens,
+            max_new_tokens=settings.max_new_tokens, max_staleness=settings.max_staleness,
+        )  # fmt: skip
+        env_id = await self.acquire(task_id)
+        abort = self.running[rollout_id] = asyncio.Event()
+        try:
+            episode = await run_episode(
+                self._env(env_id), policy, max_turns=settings.max_turns,
+                timeout_s=settings.timeout_s, abort=abort,
+            )  # fmt: skip
+        finally:
+            self.running.pop(rollout_id, None)
+            await self.release(env_id)
+        if episode.stop_reason == "aborted":
+            status = "aborted"
+        elif policy.stop is not None:
+            status = policy.stop
+        elif episode.truncated:
+            status = "truncated"
+        elif episode.stop_reason != "end_turn":
+            status = "error"
+        else:
+            status = "scored"
+        shape = episode.shape
+        return RolloutResult(
+            rollout_id=rollout_id,
+            task_id=task_id,
+            status=status,
+            reward=episode.score.reward,
+            stop_reason=episode.stop_reason,
+            seconds=episode.seconds,
+            turns=shape.turns,
+            tool_calls=shape.tool_calls,
+            turns_with_calls=shape.turns_with_calls,
+            parallel_calls_per_turn=shape.parallel_calls_per_turn,
+            tokens=policy.tokens_generated,
+            versions=policy.versions,
+            error=episode.error or "",
+            sequence=policy.sequence,
+        )
+
+    async def abort(self, rollout_id: str) -> bool:
+        """Stop a running rollout (its commands are killed); False if it is not running."""
+        abort = self.running.get(rollout_id)
+        if abort is None or abort.is_set():
+            return False
+        abort.set()
+        return True
+
+
+# The Ray actor: RolloutWorker.remote(taskset_dir, checkpoint_dir, size=...).
+RolloutWorker = ray.remote(RolloutService)
