@@ -1,0 +1,293 @@
+"""The RL trainer (training/rl.py and its roles): token-in/token-out rollouts from a real
+engine in real sandboxes, the update, exact resume, and `tachy train rl` end to end on
+Ray with the tiny config.
+
+The task set's "coin" tasks have a test that passes half the time whatever the agent
+does: a random tiny model's groups then carry reward variance, so the whole update path
+runs (advantages, loss, optimizer, weight sync) without a model that can code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from agent.policy import Message
+from agent.render import render_system_prompt
+from agent.tools import ALL_TOOLS
+from model.checkpoint import load, save
+from model.tokenizer import IM_END, train_bpe
+from tests.training.test_envs import BUGGY_OPS, TEST_OPS, task, write
+from tests.training.test_sft import CODE, DEMOS, tiny_model
+from training.inference import InferenceService, sampler_weights
+from training.rl import RLConfig, RLTrainer, TaskSampler
+from training.rl_loss import TokenBatch, sequence_logprobs
+from training.rollout_worker import RolloutResult, RolloutService, RolloutSettings
+from training.sft import read_state, write_checkpoint
+from training.tasks import append_tasks
+from training.token_policy import TokenPolicy
+
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed"),
+]
+
+REPO = Path(__file__).resolve().parents[2]
+TACHY = str(Path(sys.executable).parent / "tachy")
+COIN_TEST = "import random\n\n\ndef test_coin():\n    assert random.random() < 0.5\n"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    system = render_system_prompt(ALL_TOOLS)
+    texts = [CODE] * 3 + [m["content"] for d in DEMOS for m in d["messages"]] * 3 + [system] * 3
+    return train_bpe(texts, 2000)
+
+
+@pytest.fixture(scope="module")
+def init_dir(tok, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("init")
+    save(tiny_model(tok.vocab_size, max_position_embeddings=2048), path, tokenizer=tok)
+    return path
+
+
+@pytest.fixture(scope="module")
+def taskset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("rl-tasks")
+    repo = root / "repos" / "calc"
+    write(repo, "calc/__init__.py", "")
+    write(repo, "calc/ops.py", BUGGY_OPS)
+    write(repo, "tests/test_ops.py", TEST_OPS)
+    write(repo, "tests/test_coin.py", COIN_TEST)
+    coin = dict(fail_to_pass=["tests/test_coin.py::test_coin"], pass_to_pass=[], files={})
+    append_tasks(root, [task(f"coin-{i}", test_files=["tests"], **coin) for i in range(3)])
+    return root
+
+
+def messages(*pairs: tuple[str, str]) -> list[Message]:
+    return [Message(role, content) for role, content in pairs]
+
+
+async def drive(policy: TokenPolicy, convo: list[Message]) -> str:
+    return "".join([chunk async for chunk in policy.stream(convo, ["<tool_result"])])
+
+
+def test_token_policy_feeds_back_the_sampled_ids_and_encodes_only_new_context(init_dir, tok):
+    service = InferenceService(str(init_dir), max_batch=2, max_seq=1024, seed=3)
+    policy = TokenPolicy(service.generate, tok, max_tokens=1024, max_new_tokens=12)
+    first = messages(("system", "be brief"), ("user", "fix add()"))
+
+    async def run() -> tuple[list[int], int]:
+        text1 = await drive(policy, first)
+        sampled1 = list(policy._last.token_ids)
+        n1 = len(policy.sequence.token_ids)
+        second = [*first, Message("assistant", text1), Message("user", "ok <|im_end|> done")]
+        await drive(policy, second)
+        return sampled1, n1
+
+    sampled1, n1 = asyncio.run(run())
+    seq = policy.sequence
+    prompt1 = tok.encode_chat([(m.role, m.content) for m in first], generation_prompt=True)[0]
+    assert seq.token_ids[: len(prompt1)] == prompt1
+    assert seq.token_ids[len(prompt1) : n1] == sampled1  # as drawn, never re-encoded
+    end = [] if sampled1[-1:] == [tok.token_to_id(IM_END)] else [tok.token_to_id(IM_END)]
+    context2 = end + tok.encode("\n", allow_special=False)
+    context2 += tok.encode_chat([("user", "ok <|im_end|> done")], generation_prompt=True)[0]
+    sampled2 = list(policy._last.token_ids)
+    assert seq.token_ids[n1:] == context2 + sampled2
+    mask = [False] * len(prompt1) + [True] * len(sampled1)
+    mask += [False] * len(context2) + [True] * len(sampled2)
+    assert seq.loss_mask == mask  # tool output and chat markers are never trained on
+    assert seq.policy_version == [0 if m else -1 for m in mask]
+    assert policy.tokens_generated == len(sampled1) + len(sampled2) and policy.turns == 2
+    experts = [e for n, e in seq.experts if e is not None]
+    assert [e.shape[0] for e in experts] == [len(sampled1), len(sampled2)]
+
+
+def test_trainer_logprobs_match_the_samplers_with_routing_replay(init_dir, tok):
+    """The sampler's log-probs are what the trainer computes on the same ids with the
+    sampler's experts replayed (the training forward vs the KV-cache decode)."""
+    service = InferenceService(str(init_dir), max_batch=1, max_seq=1024, seed=5)
+    policy = TokenPolicy(service.generate, tok, max_tokens=1024, max_new_tokens=24)
+    asyncio.run(drive(policy, messages(("user", "def add(a, b):"))))
+    model = load(init_dir)
+    moe, k = 2, model.config.num_experts_per_tok
+    batch = TokenBatch.collate([policy.sequence], moe_layers=moe, k=k)
+    with torch.no_grad():
+        lp = sequence_logprobs(model, batch, replay_routing=True)
+        out = model(batch.input_ids, replay_routing=batch.routed_experts, return_routing=True)
+    m = batch.loss_mask
+    assert torch.allclose(lp[m], batch.sampler_logprobs[m], atol=1e-4)
+    recorded = batch.routed_experts >= 0
+    assert bool(recorded.any())
+    assert torch.equal(out.routing[recorded], batch.routed_experts[recorded])
+
+
+def test_rollout_worker_scores_masks_and_aborts(init_dir, taskset, tmp_path):
+    service = InferenceService(str(init_dir), max_batch=2, max_seq=2048, seed=1)
+    worker = RolloutService(str(taskset), str(init_dir), size=1, workdir=str(tmp_path / "envs"))
+    settings = RolloutSettings(max_turns=2, max_tokens=2048, max_new_tokens=16)
+
+    async def run():
+        scored = await worker.rl_rollout("g1.0", "coin-0", service, settings)
+        tiny = RolloutSettings(max_turns=2, max_tokens=64, max_new_tokens=16)
+        limited = await worker.rl_rollout("g1.1", "coin-0", service, tiny)
+        long = RolloutSettings(max_turns=50, max_tokens=2048, max_new_tokens=400)
+        running = asyncio.ensure_future(worker.rl_rollout("g2.0", "coin-1", service, long))
+        while "g2.0" not in worker.running:
+            await asyncio.sleep(0.01)
+        assert await worker.abort("g2.0")
+        aborted = await running
+        assert not await worker.abort("g2.0")  # over: nothing to abort
+        await worker.close()
+        return scored, limited, aborted
+
+    scored, limited, aborted = asyncio.run(run())
+    assert scored.status == "scored" and not scored.masked, scored.error
+    assert scored.reward in (0.0, 1.0) and scored.turns >= 1
+    assert sum(scored.sequence.loss_mask) == scored.tokens > 0
+    assert scored.versions == (0, 0)
+    assert limited.status == "max_tokens" and limited.masked  # the prompt alone is longer
+    assert aborted.status == "aborted" and aborted.masked and aborted.stop_reason == "aborted"
+
+
+def results_from(service: InferenceService, tok, prompts: list[str], group: int) -> list:
+    """Finished rollouts (no environment): sampled sequences with rewards 1, 0, 1, 0..."""
+    results = []
+    for i, prompt in enumerate(prompts):
+        policy = TokenPolicy(service.generate, tok, max_tokens=512, max_new_tokens=16)
+        asyncio.run(drive(policy, messages(("user", prompt))))
+        rid = f"g{i // group}.{i % group}"
+        result = RolloutResult(rid, "t", "scored", float(i % 2 == 0), "end_turn", 0.1)
+        result.tokens, result.versions = policy.tokens_generated, policy.versions
+        result.sequence = policy.sequence
+        results.append(result)
+    return results
+
+
+def config(**kw) -> RLConfig:
+    return RLConfig(tasks="unused", init="unused", micro_batch=2, lr=1e-3, **kw)
+
+
+@pytest.mark.parametrize("mode", ["token", "gspo"])
+def test_resume_reproduces_the_next_update_exactly(init_dir, tok, tmp_path, mode):
+    service = InferenceService(str(init_dir), max_batch=1, max_seq=512, temperature=1.0, seed=7)
+    batch1 = results_from(service, tok, ["add", "sub", "mul", "div"], group=2)
+    batch2 = results_from(service, tok, ["one", "two", "three", "four"], group=2)
+    cfg = config(loss_mode=mode)
+    first = RLTrainer(load(init_dir), tok, cfg)
+    m1 = first.train_step(batch1)
+    assert m1["updated"] and m1["groups"] == 2 and m1["groups_dropped"] == 0
+    write_checkpoint(first.model, tok, tmp_path, first.state_dict())
+    m2 = first.train_step(batch2)
+
+    resumed = RLTrainer(load(tmp_path), tok, cfg)
+    resumed.load_state_dict(read_state(tmp_path))
+    assert resumed.version == 1
+    r2 = resumed.train_step(batch2)
+    assert r2 == {**m2, "train_s": r2["train_s"]}
+    for (name, a), (_, b) in zip(
+        first.model.state_dict().items(), resumed.model.state_dict().items(), strict=True
+    ):
+        assert torch.equal(a, b), name
+    # and the update moved the weights the inference actors then load
+    before = load(init_dir).state_dict()
+    moved = [n for n, w in sampler_weights(first.model).items() if not torch.equal(w, before[n])]
+    assert moved
+
+
+def test_groups_without_signal_leave_the_weights_alone(init_dir, tok):
+    service = InferenceService(str(init_dir), max_batch=1, max_seq=512, seed=2)
+    results = results_from(service, tok, ["a", "b"], group=2)
+    for r in results:
+        r.reward = 1.0
+    trainer = RLTrainer(load(init_dir), tok, config())
+    before = {n: w.clone() for n, w in trainer.model.state_dict().items()}
+    m = trainer.train_step(results)
+    assert m["groups_dropped"] == 1 and not m["updated"] and trainer.version == 1
+    assert all(torch.equal(w, before[n]) for n, w in trainer.model.state_dict().items())
+
+
+def test_task_sampler_continues_where_it_stopped():
+    ids = [f"t{i}" for i in range(5)]
+    a = TaskSampler(ids, seed=4)
+    run = [a.next() for _ in range(12)]
+    assert sorted(run[:5]) == sorted(ids) and sorted(run[5:10]) == sorted(ids)
+    b = TaskSampler(ids, seed=4)
+    _ = [b.next() for _ in range(7)]
+    c = TaskSampler(ids, seed=4)
+    c.epoch, c.cursor = b.epoch, b.cursor
+    assert [c.next() for _ in range(5)] == run[7:12]
+
+
+def test_config_errors(tmp_path):
+    path = tmp_path / "rl.toml"
+    path.write_text('tasks = "t"\ninit = "i"\ngroup_sise = 4\n')
+    with pytest.raises(ValueError, match="unknown fields \\['group_sise'\\]"):
+        RLConfig.from_file(path)
+    path.write_text('tasks = "t"\ninit = "i"\ngroup_size = "4"\n')
+    with pytest.raises(ValueError, match="group_size must be int"):
+        RLConfig.from_file(path)
+    path.write_text('tasks = "t"\ninit = "i"\ngroup_size = 1\n')
+    with pytest.raises(ValueError, match="group_size must be at least 2"):
+        RLConfig.from_file(path)
+    path.write_text('init = "i"\n')
+    with pytest.raises(ValueError, match="missing \\['tasks'\\]"):
+        RLConfig.from_file(path)
+    path.write_text('tasks = "t"\ninit = "i"\n')
+    cfg = RLConfig.from_file(path, steps=3)
+    assert cfg.steps == 3 and cfg.tasks == str(tmp_path / "t")
+
+
+def tachy(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [TACHY, *args], cwd=cwd, capture_output=True, text=True, timeout=500,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+
+
+def test_tachy_train_rl_two_steps_then_resume(init_dir, taskset, tmp_path):
+    """The CI smoke run: two asynchronous RL steps on Ray with the tiny config, then one
+    more resumed from the checkpoint."""
+    (tmp_path / "rl.toml").write_text(
+        f'tasks = "{taskset}"\ninit = "{init_dir}"\nheldout_tasks = "{taskset}"\n'
+        "group_size = 2\ngroups_per_step = 2\noverprovision = 1\nmax_turns = 2\n"
+        "max_tokens = 2048\nmax_new_tokens = 24\neval_tasks = 2\nenvs_per_worker = 2\n"
+        f'workdir = "{tmp_path / "envs"}"\nlr = 1e-3\n'
+    )
+    done = tachy("train", "rl", "--config", "rl.toml", "--steps", "2", "--out", "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(x) for x in (tmp_path / "out/metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1, 2]
+    assert "heldout_solve_rate" in lines[0] and "heldout_solve_rate" in lines[2]
+    for m in lines[1:]:
+        assert m["rollouts"] == 4 and m["groups"] == 2
+        for key in ("reward", "turns", "tool_calls", "parallel_calls_per_turn", "tokens",
+                    "rollout_s_mean", "step_s", "trainer_idle_frac", "weight_sync_s"):  # fmt: skip
+            assert key in m, key
+    assert load(tmp_path / "out").config.vocab_size == load(init_dir).config.vocab_size
+
+    again = tachy("train", "rl", "--config", "rl.toml", "--out", "out", cwd=tmp_path)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = tachy(
+        "train", "rl", "--config", "rl.toml", "--steps", "3", "--out", "out", "--resume",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = [json.loads(x) for x in (tmp_path / "out/metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in lines] == [0, 1, 2, 3]
+    assert read_state(tmp_path / "out")["step"] == 3
