@@ -57,6 +57,7 @@ from model.model import Model
 from model.policy import find_tokenizer
 from model.tokenizer import Tokenizer
 from training import replay
+from training.data import is_heldout
 from training.envs import EnvLimits
 from training.inference import InferenceActor, sampler_weights
 from training.rl_loss import (
@@ -86,6 +87,9 @@ class RLConfig:
     tasks: str  # task set directory (tachy tasks build)
     init: str  # the checkpoint to start from (the SFT warm-up)
     heldout_tasks: str | None = None  # task set for the held-out solve rate
+    # >0: hold out this fraction of `tasks` (by task id, training.data.is_heldout) for the
+    # solve rate instead, and never train on them
+    heldout_fraction: float = 0.0
     # rollouts
     group_size: int = 4  # G
     groups_per_step: int = 2
@@ -144,6 +148,10 @@ class RLConfig:
             raise ValueError("temperature must be > 0 (the loss needs the sampler's log-probs)")
         if self.lr <= 0:
             raise ValueError(f"lr must be positive, got {self.lr}")
+        if not 0 <= self.heldout_fraction < 1:
+            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+        if self.heldout_fraction and self.heldout_tasks:
+            raise ValueError("give heldout_tasks or heldout_fraction, not both")
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> RLConfig:
@@ -337,12 +345,14 @@ class RLRun:
             raise ValueError(f"cannot load the model from {source}: {exc}") from None
         self.tokenizer = find_tokenizer(source)
         self.trainer = RLTrainer(model, self.tokenizer, config)
-        train_ids = [t.id for t in load_tasks(config.tasks)]
-        self.sampler = TaskSampler(train_ids, config.seed)
-        self.heldout_ids: list[str] = []
+        task_ids = [t.id for t in load_tasks(config.tasks)]
+        fraction = config.heldout_fraction
+        held = [t for t in task_ids if fraction and is_heldout(t, fraction)]
+        self.sampler = TaskSampler(sorted(set(task_ids) - set(held)), config.seed)
+        self.eval_taskset = config.heldout_tasks or (config.tasks if held else None)
         if config.heldout_tasks:
-            self.heldout_ids = sorted(t.id for t in load_tasks(config.heldout_tasks))
-            self.heldout_ids = self.heldout_ids[: config.eval_tasks]
+            held = [t.id for t in load_tasks(config.heldout_tasks)]
+        self.heldout_ids = sorted(held)[: config.eval_tasks]
         if state is not None:
             self.trainer.load_state_dict(state)
             self.sampler.epoch, self.sampler.cursor = state["sampler"]
@@ -380,7 +390,7 @@ class RLRun:
         if self.heldout_ids:
             self.eval_workers = [
                 RolloutWorker.options(num_cpus=0).remote(
-                    cfg.heldout_tasks, ckpt, size=0, workdir=cfg.workdir, limits=limits
+                    self.eval_taskset, ckpt, size=0, workdir=cfg.workdir, limits=limits
                 )
             ]
         self._actors_up = True
