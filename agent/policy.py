@@ -8,7 +8,8 @@ contract (DESIGN.md):
   llama.cpp, Ollama, `tachy model serve`); the key comes from TACHY_API_KEY or
   OPENAI_API_KEY when the server needs one;
 - `local:CHECKPOINT_DIR`: our own model in-process (model.policy.LocalPolicy, imported
-  only when asked for).
+  only when asked for); `local:` alone is the small model shipped with tachy, the
+  default when nothing else is configured (DEFAULT_POLICY).
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from typing import Protocol
 
 import httpx
 import msgspec
+
+# What `tachy agent` uses when no policy is given: the bundled tiny model.
+DEFAULT_POLICY = "local:"
 
 
 class Message(msgspec.Struct):
@@ -225,8 +229,14 @@ class OpenAIPolicy:
 
 def _local_policy(checkpoint_dir: str) -> Policy:
     """model.policy.LocalPolicy, imported only here: the agent never imports torch (or
-    the model package) at import time."""
-    path = Path(checkpoint_dir).expanduser()
+    the model package) at import time. An empty directory means the bundled model."""
+    try:
+        module = importlib.import_module("model.policy")
+    except ImportError as exc:
+        raise PolicyError(
+            f"local policies need tachy's model package and torch, which cannot be imported: {exc}"
+        ) from None
+    path = Path(checkpoint_dir).expanduser() if checkpoint_dir else module.bundled_checkpoint()
     if not path.is_dir():
         raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
     if not (path / "manifest.json").is_file():
@@ -234,19 +244,13 @@ def _local_policy(checkpoint_dir: str) -> Policy:
             f"local policy: {path} is not a tachy checkpoint (no manifest.json); "
             "write one with model.save, or import a Hugging Face model with model.from_hf"
         )
-    try:
-        module = importlib.import_module("model.policy")
-    except ImportError as exc:
-        raise PolicyError(
-            f"local policies need tachy's model package and torch, which cannot be imported: {exc}"
-        ) from None
     return module.LocalPolicy(path)
 
 
 def load_policy(spec: str) -> Policy:
     """Build a policy from its spec string (see the module docstring)."""
     kind, sep, rest = spec.partition(":")
-    if not sep or not rest:
+    if not sep or (not rest and kind != "local"):
         raise PolicyError(
             f"policy {spec!r} is not a policy spec; use replay:FILE.jsonl, openai:BASE_URL#MODEL "
             "or local:CHECKPOINT_DIR"

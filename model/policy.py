@@ -29,6 +29,20 @@ from model.tokenizer import Tokenizer, TokenizerError
 
 _SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 
+# The checkpoint shipped with tachy (`local:` with no directory): the tiny model after
+# its supervised warm-up and RL (bench/RESULTS.md, issue 8). It shows the whole stack
+# working offline; it is not a capable coding model.
+BUNDLED_DIR = Path(__file__).resolve().parent / "weights" / "tachy-tiny"
+
+
+def bundled_checkpoint() -> Path:
+    if not (BUNDLED_DIR / "manifest.json").is_file():
+        raise PolicyError(
+            f"the bundled model is missing from this install ({BUNDLED_DIR}); reinstall tachy "
+            "or pass local:CHECKPOINT_DIR"
+        )
+    return BUNDLED_DIR
+
 
 def find_tokenizer(checkpoint_dir: Path, tokenizer: str | Path | None = None) -> Tokenizer:
     candidates = (

@@ -17,7 +17,7 @@ from importlib.metadata import PackageNotFoundError, version
 from agent import events as ev
 from agent.executor import Executor
 from agent.lints import LintRunner
-from agent.policy import PolicyError, load_policy
+from agent.policy import DEFAULT_POLICY, PolicyError, load_policy
 from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ToolContext
 from agent.workspace import Workspace, WorkspaceError
@@ -57,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         default=os.environ.get("TACHY_POLICY"),
         metavar="SPEC",
-        help="the model: openai:BASE_URL#MODEL, local:CHECKPOINT_DIR or replay:FILE.jsonl (default: $TACHY_POLICY)",
+        help=(
+            "the model: openai:BASE_URL#MODEL, local:CHECKPOINT_DIR or replay:FILE.jsonl "
+            "(default: $TACHY_POLICY, else local:, the small bundled model)"
+        ),
     )
     agent.add_argument("--transcript", metavar="FILE", help="write every event to FILE as JSONL")
     agent.add_argument(
@@ -83,7 +86,15 @@ def build_parser() -> argparse.ArgumentParser:
             "stdout; --tcp serves one client on HOST:PORT instead. Logs go to stderr."
         ),
     )
-    serve.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port instead of stdio")
+    transport = serve.add_mutually_exclusive_group()
+    transport.add_argument(
+        "--tcp", metavar="HOST:PORT", help="listen on a TCP port instead of stdio"
+    )
+    transport.add_argument(
+        "--stdio",
+        action="store_true",
+        help="speak LSP on stdin/stdout (the default; accepted because many clients pass it)",
+    )
     serve.add_argument(
         "--log-level",
         choices=("debug", "info", "warning", "error"),
@@ -277,13 +288,13 @@ async def run_agent(args: argparse.Namespace) -> int:
         print(f"tachy: {exc}", file=sys.stderr)
         return 2
     if not args.policy:
+        args.policy = DEFAULT_POLICY
         print(
-            "tachy: no model configured; pass --policy openai:BASE_URL#MODEL (any OpenAI-compatible "
-            "server), --policy local:CHECKPOINT_DIR or --policy replay:FILE.jsonl, or set "
-            "TACHY_POLICY",
+            "tachy: no --policy given: using the small model bundled with tachy (local:), which "
+            "shows the agent working offline but rarely solves a real task; pass --policy "
+            "openai:BASE_URL#MODEL (vLLM, llama.cpp, Ollama, ...) for a capable model",
             file=sys.stderr,
         )
-        return 2
     if args.max_turns < 1:
         print("tachy: --max-turns must be at least 1", file=sys.stderr)
         return 2

@@ -102,6 +102,11 @@ class RLConfig:
     rollout_timeout_s: float = 120.0
     command_timeout_s: float = 30.0
     temperature: float = 1.0
+    # The reward trained on: the tests' (1 solved, else 0) plus format_reward times the
+    # share of the run's tool calls that ran without an error (0 without calls). A small
+    # model that never solves a task gets no signal from the tests alone; this shaping
+    # rewards calls that work. Metrics' "reward" stays the tests' own.
+    format_reward: float = 0.0
     # actors
     inference_actors: int = 1
     inference_batch: int = 8
@@ -137,7 +142,7 @@ class RLConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("overprovision", "max_staleness", "eval_every", "save_every"):
+        for name in ("overprovision", "max_staleness", "eval_every", "save_every", "format_reward"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.group_size < 2:
@@ -213,9 +218,14 @@ class RLTrainer:
             lr=config.lr,
         )
 
+    def reward(self, r: RolloutResult) -> float:
+        """The reward trained on (see RLConfig.format_reward)."""
+        working = (r.tool_calls - r.tool_errors) / r.tool_calls if r.tool_calls else 0.0
+        return r.reward + self.config.format_reward * working
+
     def batch(self, results: list[RolloutResult]) -> tuple[list[TokenSequence], dict[str, Any]]:
         """The sequences that enter the loss, each with its advantage, and what was kept."""
-        rewards = torch.tensor([r.reward for r in results])
+        rewards = torch.tensor([self.reward(r) for r in results], dtype=torch.float64)
         valid = torch.tensor([not r.masked and bool(r.sequence.token_ids) for r in results])
         groups = [r.rollout_id.rsplit(".", 1)[0] for r in results]  # "g3.1" -> group g3
         adv = batch_advantages(rewards, groups, valid)
@@ -223,7 +233,12 @@ class RLTrainer:
         for r, a, keep in zip(results, adv.values.tolist(), adv.keep.tolist(), strict=True):
             if keep and any(r.sequence.loss_mask):
                 seqs.append(dataclasses.replace(r.sequence, advantage=a))
-        info = {"groups": adv.groups, "groups_dropped": adv.dropped, "sequences": len(seqs)}
+        info = {
+            "train_reward": round(float(rewards.mean()), 4),
+            "groups": adv.groups,
+            "groups_dropped": adv.dropped,
+            "sequences": len(seqs),
+        }
         return seqs, info
 
     def train_step(self, results: list[RolloutResult]) -> dict[str, Any]:
@@ -558,6 +573,7 @@ class RLRun:
             "heldout_masked": sum(r.masked for r in results),
             "heldout_parallel_calls_per_turn": m["parallel_calls_per_turn"],
             "heldout_tool_calls": m["tool_calls"],
+            "heldout_tool_error_frac": m["tool_error_frac"],
             "eval_s": round(time.perf_counter() - started, 3),
         }
 
@@ -565,6 +581,7 @@ class RLRun:
     def _rollout_metrics(results: list[RolloutResult]) -> dict[str, Any]:
         scored = [r for r in results if not r.masked]
         calls_turns = sum(r.turns_with_calls for r in results)
+        calls = sum(r.tool_calls for r in results)
 
         def mean(values: list[float]) -> float:
             return round(statistics.fmean(values), 4) if values else 0.0
@@ -581,6 +598,9 @@ class RLRun:
             "statuses": statuses,
             "turns": mean([r.turns for r in results]),
             "tool_calls": mean([r.tool_calls for r in results]),
+            "tool_error_frac": (
+                round(sum(r.tool_errors for r in results) / calls, 4) if calls else 0.0
+            ),
             "parallel_calls_per_turn": (
                 round(sum(r.tool_calls for r in results) / calls_turns, 4) if calls_turns else 0.0
             ),

@@ -52,6 +52,7 @@ class RolloutResult:
     seconds: float
     turns: int = 0
     tool_calls: int = 0
+    tool_errors: int = 0  # calls answered with an error (malformed, bad path, no match...)
     turns_with_calls: int = 0
     parallel_calls_per_turn: float = 0.0
     tokens: int = 0  # generated
@@ -124,6 +125,7 @@ class RolloutService(EnvService):
             seconds=episode.seconds,
             turns=shape.turns,
             tool_calls=shape.tool_calls,
+            tool_errors=shape.tool_errors,
             turns_with_calls=shape.turns_with_calls,
             parallel_calls_per_turn=shape.parallel_calls_per_turn,
             tokens=policy.tokens_generated,

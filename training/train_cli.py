@@ -19,6 +19,7 @@ cheap for `tachy --help`); torch and the data code load when a command runs.
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import json
 import sys
@@ -441,7 +442,14 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
 
 
 # ---------------------------------------------------------------------- plot
-PLOTTED = ("loss", "eval_loss", "aux_loss", "lr", "grad_norm", "tokens_per_s")
+PLOTTED = (
+    # pretrain / sft
+    "loss", "eval_loss", "aux_loss", "lr", "grad_norm", "tokens_per_s",
+    # rl
+    "reward", "train_reward", "heldout_solve_rate", "turns", "tool_calls", "tool_error_frac", "parallel_calls_per_turn", "tokens",
+    "rollout_s_mean", "step_s", "trainer_idle_frac", "staleness_mean", "logprob_mismatch",
+    "weight_sync_s",
+)  # fmt: skip
 SPARK = "▁▂▃▄▅▆▇█"
 
 
@@ -504,15 +512,22 @@ def run_plot(args: argparse.Namespace) -> int:
     out = Path(args.out or directory / "metrics.csv")
     columns = ["step", *[k for k in rows[0] if k != "step"]]
     columns += sorted({k for r in rows for k in r} - set(columns))
-    lines = [",".join(columns)]
-    lines += [",".join("" if r.get(c) is None else str(r[c]) for c in columns) for r in rows]
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with out.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for r in rows:
+            cells = [r.get(c) for c in columns]
+            writer.writerow(
+                "" if v is None else json.dumps(v) if isinstance(v, dict | list) else v
+                for v in cells
+            )
     print(f"tachy: matplotlib is not installed; wrote the metrics as CSV to {out}", file=sys.stderr)
     print(f"{len(rows)} steps ({rows[0]['step']}..{rows[-1]['step']})", file=sys.stderr)
+    width = max(map(len, series), default=0)
     for name, points in series.items():
         values = [v for _, v in points]
         print(
-            f"{name:>13}  first {values[0]:<10.4g} last {values[-1]:<10.4g} "
+            f"{name:>{width}}  first {values[0]:<10.4g} last {values[-1]:<10.4g} "
             f"min {min(values):<10.4g} {sparkline(values)}",
             file=sys.stderr,
         )

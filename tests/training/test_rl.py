@@ -245,6 +245,9 @@ def test_config_errors(tmp_path):
     path.write_text('tasks = "t"\ninit = "i"\ngroup_size = 1\n')
     with pytest.raises(ValueError, match="group_size must be at least 2"):
         RLConfig.from_file(path)
+    path.write_text('tasks = "t"\ninit = "i"\nheldout_tasks = "h"\nheldout_fraction = 0.1\n')
+    with pytest.raises(ValueError, match="not both"):
+        RLConfig.from_file(path)
     path.write_text('init = "i"\n')
     with pytest.raises(ValueError, match="missing \\['tasks'\\]"):
         RLConfig.from_file(path)
@@ -291,3 +294,12 @@ def test_tachy_train_rl_two_steps_then_resume(init_dir, taskset, tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "out/metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in lines] == [0, 1, 2, 3]
     assert read_state(tmp_path / "out")["step"] == 3
+
+
+def test_format_reward_shapes_only_the_training_reward(init_dir, tok):
+    trainer = RLTrainer(load(init_dir), tok, config(format_reward=0.5))
+    worked = RolloutResult("g1.0", "t", "scored", 1.0, "end_turn", 0.1, tool_calls=4, tool_errors=1)
+    silent = RolloutResult("g1.1", "t", "scored", 0.0, "end_turn", 0.1)
+    assert trainer.reward(worked) == 1.0 + 0.5 * 0.75
+    assert trainer.reward(silent) == 0.0
+    assert RLTrainer(load(init_dir), tok, config()).reward(worked) == 1.0

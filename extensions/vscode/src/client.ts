@@ -1,0 +1,146 @@
+// Starting the tachy server and the LanguageClient that talks to it.
+
+import * as fs from "node:fs";
+import * as os from "node:os";
+import * as vscode from "vscode";
+import * as lc from "vscode-languageclient/node";
+
+import { DiscoveryError, findServer, ServerCommand } from "./discovery";
+import { experimentalCapabilities } from "./lsp_ext";
+import { serverSettings } from "./settings";
+
+function isExecutable(file: string): boolean {
+    try {
+        fs.accessSync(file, fs.constants.X_OK);
+        return fs.statSync(file).isFile();
+    } catch {
+        return false;
+    }
+}
+
+export function currentServerSettings(scope?: vscode.Uri) {
+    const config = vscode.workspace.getConfiguration("tachy", scope);
+    return serverSettings((key) => config.get(key));
+}
+
+/** The command that runs `tachy serve`, from the settings and the workspace. */
+export function serverCommand(): ServerCommand {
+    const config = vscode.workspace.getConfiguration("tachy");
+    return findServer({
+        serverPath: config.get<string>("serverPath"),
+        pythonPath: config.get<string>("pythonPath"),
+        workspaceFolders: (vscode.workspace.workspaceFolders ?? [])
+            .filter((f) => f.uri.scheme === "file")
+            .map((f) => f.uri.fsPath),
+        envPath: process.env.PATH,
+        home: os.homedir(),
+        isExecutable,
+    });
+}
+
+// Declares {"tachy": {"review": true}}: the server then sends proposals with
+// tachy/review/propose (which this extension shows as diffs) instead of asking with
+// window/showMessageRequest.
+class ReviewCapability implements lc.StaticFeature {
+    fillClientCapabilities(capabilities: lc.ClientCapabilities): void {
+        capabilities.experimental = { ...(capabilities.experimental as object), ...experimentalCapabilities };
+    }
+    initialize(): void {}
+    getState(): lc.FeatureState {
+        return { kind: "static" };
+    }
+    clear(): void {}
+}
+
+/** Handles the server's workspace/applyEdit as vscode-languageclient does, then saves
+ * the open documents it changed before answering. The server writes the same text to
+ * the file once we answer (the agent's commands read the disk); saved first, the
+ * buffer is clean when that write lands, so VS Code takes it silently instead of
+ * reporting the file as changed on disk. Register it before the client starts: the
+ * client adds registered handlers after its own, so this one wins. */
+export function saveAppliedEdits(client: lc.LanguageClient): vscode.Disposable {
+    return client.onRequest(lc.ApplyWorkspaceEditRequest.type, async (params) => {
+        const open = new Map(vscode.workspace.textDocuments.map((d) => [d.uri.toString(), d]));
+        for (const change of params.edit.documentChanges ?? []) {
+            if (lc.TextDocumentEdit.is(change) && typeof change.textDocument.version === "number") {
+                const doc = open.get(client.protocol2CodeConverter.asUri(change.textDocument.uri).toString());
+                if (doc && doc.version !== change.textDocument.version) {
+                    return {
+                        applied: false,
+                        failureReason: `${doc.uri.fsPath} changed (version ${doc.version}, the edit is for ${change.textDocument.version})`,
+                    };
+                }
+            }
+        }
+        const edit = await client.protocol2CodeConverter.asWorkspaceEdit(params.edit);
+        const applied = await vscode.workspace.applyEdit(edit);
+        if (applied) {
+            for (const [uri] of edit.entries()) {
+                const doc = vscode.workspace.textDocuments.find((d) => d.uri.toString() === uri.toString());
+                if (doc?.isDirty) {
+                    await doc.save();
+                }
+            }
+        }
+        return { applied };
+    });
+}
+
+export interface ClientHooks {
+    // workspace/executeCommand of a server command (tachy.askToFix), with its result.
+    onCommandResult(command: string, result: unknown): void;
+}
+
+export function createClient(
+    command: ServerCommand,
+    output: vscode.OutputChannel,
+    hooks: ClientHooks,
+): lc.LanguageClient {
+    const cwd = vscode.workspace.workspaceFolders?.find((f) => f.uri.scheme === "file")?.uri.fsPath;
+    const server: lc.Executable = {
+        command: command.command,
+        args: command.args,
+        // No `transport`: the client would append --stdio, which `tachy serve` refuses
+        // (stdio is its default).
+        options: { cwd, env: process.env },
+    };
+    const options: lc.LanguageClientOptions = {
+        // Every file: the server indexes the unsaved text of open documents and the
+        // agent reads it.
+        documentSelector: [{ scheme: "file" }],
+        outputChannel: output,
+        traceOutputChannel: output,
+        revealOutputChannelOn: lc.RevealOutputChannelOn.Never,
+        initializationOptions: () => currentServerSettings(),
+        middleware: {
+            workspace: {
+                // Answer the `tachy` section with the server's settings only: the
+                // extension's own (serverPath, trace, ...) would be reported as unknown.
+                configuration: async (params, token, next) => {
+                    const values = await next(params, token);
+                    if (!Array.isArray(values)) {
+                        return values;
+                    }
+                    return values.map((value, i) => {
+                        const item = params.items[i];
+                        if (item?.section !== "tachy") {
+                            return value;
+                        }
+                        const scope = item.scopeUri ? vscode.Uri.parse(item.scopeUri) : undefined;
+                        return currentServerSettings(scope);
+                    });
+                },
+            },
+            executeCommand: async (name, args, next) => {
+                const result = await next(name, args);
+                hooks.onCommandResult(name, result);
+                return result;
+            },
+        },
+    };
+    const client = new lc.LanguageClient("tachy", "tachy", server, options);
+    client.registerFeature(new ReviewCapability());
+    return client;
+}
+
+export { DiscoveryError };

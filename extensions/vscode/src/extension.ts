@@ -1,0 +1,470 @@
+// The tachy extension: starts `tachy serve`, and gives VS Code search, an agent chat,
+// review of the agent's edits and diagnostics forwarding on top of it. The pieces
+// that need no VS Code live in their own modules (chat, discovery, diagnostics,
+// proposals, settings, status, search_items), with unit tests in test/.
+
+import * as vscode from "vscode";
+import * as lc from "vscode-languageclient/node";
+
+import { buildPrompt, ChatLog, PromptContext } from "./chat";
+import { ChatView, FromWebview } from "./chat_view";
+import { createClient, currentServerSettings, DiscoveryError, saveAppliedEdits, serverCommand } from "./client";
+import { DiagnosticsForwarder, EditorDiagnostic } from "./diagnostics";
+import * as ext from "./lsp_ext";
+import { Review } from "./review";
+import { pickItems, PickItem } from "./search_items";
+import { RESTART_SETTINGS } from "./settings";
+import { pollDelayMs, ServerState, statusView } from "./status";
+
+const MAX_FILE_CONTEXT = 100_000; // characters of the active file put in a prompt
+
+class Tachy implements vscode.Disposable {
+    client?: lc.LanguageClient;
+    readonly output = vscode.window.createOutputChannel("tachy");
+    readonly chat = new ChatLog();
+    readonly review: Review;
+    readonly view: ChatView;
+    readonly running = new Set<string>(); // agent sessions in progress
+    private readonly status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 10);
+    private readonly forwarder: DiagnosticsForwarder;
+    private serverState: ServerState = "stopped";
+    private index?: ext.IndexStatusResult;
+    private pollTimer?: NodeJS.Timeout;
+    private lastEditor?: vscode.TextEditor = vscode.window.activeTextEditor;
+    private sessions = 0;
+    private readonly disposables: vscode.Disposable[] = [];
+    private clientDisposables: vscode.Disposable[] = [];
+
+    constructor(context: vscode.ExtensionContext) {
+        this.review = new Review(() => this.readyClient());
+        this.view = new ChatView(context.extensionUri, this.chat, (m) => void this.onChatMessage(m));
+        this.forwarder = new DiagnosticsForwarder(
+            (uri) => vscode.languages.getDiagnostics(vscode.Uri.parse(uri)) as readonly EditorDiagnostic[],
+            (params) => void this.readyClient()?.sendNotification(ext.diagnostics, params),
+        );
+        this.disposables.push(
+            this.output,
+            this.status,
+            this.review,
+            vscode.window.registerWebviewViewProvider(ChatView.id, this.view),
+            this.review.onDidUpdate((p) => {
+                this.view.item(this.chat.proposal(p));
+                this.refreshStatus();
+            }),
+            vscode.languages.onDidChangeDiagnostics((e) => this.forwarder.changed(e.uris.map((u) => u.toString()))),
+            vscode.window.onDidChangeActiveTextEditor((editor) => {
+                if (editor) {
+                    this.lastEditor = editor;
+                }
+            }),
+            vscode.workspace.onDidChangeConfiguration((e) => void this.onConfigurationChanged(e)),
+        );
+        this.status.show();
+        this.refreshStatus();
+    }
+
+    // ---------------------------------------------------------- the server
+    readyClient(): lc.LanguageClient | undefined {
+        return this.client?.isRunning() ? this.client : undefined;
+    }
+
+    async start(): Promise<void> {
+        let command;
+        try {
+            command = serverCommand();
+        } catch (error) {
+            this.setServerState("failed");
+            const message = error instanceof DiscoveryError ? error.message : String(error);
+            this.output.appendLine(`tachy: ${message}`);
+            void vscode.window.showErrorMessage(`tachy: ${message}`, "Open Settings").then((choice) => {
+                if (choice === "Open Settings") {
+                    void vscode.commands.executeCommand("workbench.action.openSettings", "tachy.");
+                }
+            });
+            return;
+        }
+        this.output.appendLine(`tachy: starting ${command.command} ${command.args.join(" ")} (from ${command.source})`);
+        const client = createClient(command, this.output, {
+            onCommandResult: (name, result) => {
+                const sessionId = (result as ext.AskToFixResult | undefined)?.sessionId;
+                if (name === ext.askToFix.name && typeof sessionId === "string") {
+                    void this.view.reveal();
+                }
+            },
+        });
+        this.client = client;
+        client.onNotification(ext.agentEvent, (params) => this.onAgentEvent(params));
+        client.onNotification(ext.reviewPropose, (proposal) => void this.review.onPropose(proposal));
+        // Registered before start, it replaces the client's own handler on every
+        // connection (the client restarts a crashed server by itself).
+        this.clientDisposables.push(saveAppliedEdits(client));
+        client.onDidChangeState((e) => {
+            if (client !== this.client) {
+                return;
+            }
+            if (e.newState === lc.State.Running) {
+                this.setServerState("running");
+                void this.connected();
+            } else if (e.newState === lc.State.Starting) {
+                this.setServerState("starting");
+            } else {
+                this.running.clear();
+                this.setServerState("stopped");
+            }
+        });
+        this.setServerState("starting");
+        try {
+            await client.start();
+        } catch (error) {
+            this.setServerState("failed");
+            this.output.appendLine(`tachy: the server did not start: ${String(error)}`);
+            void vscode.window.showErrorMessage("tachy: the server did not start; see the tachy output.");
+            return;
+        }
+    }
+
+    /** A (re)started server knows nothing yet: send it the diagnostics, take its list
+     * of pending edits, and follow its index. */
+    private async connected(): Promise<void> {
+        this.forwarder.reset();
+        this.forwarder.changed(vscode.languages.getDiagnostics().map(([uri]) => uri.toString()));
+        this.poll(0);
+        try {
+            await this.review.resync();
+        } catch (error) {
+            this.output.appendLine(`tachy: could not list pending edits: ${String(error)}`);
+        }
+    }
+
+    async stop(): Promise<void> {
+        const client = this.client;
+        this.client = undefined;
+        clearTimeout(this.pollTimer);
+        this.running.clear();
+        this.setServerState("stopped");
+        this.clientDisposables.forEach((d) => d.dispose());
+        this.clientDisposables = [];
+        if (client) {
+            try {
+                if (client.needsStop()) {
+                    await client.stop(5000);
+                }
+            } catch (error) {
+                this.output.appendLine(`tachy: stopping the server: ${String(error)}`);
+            }
+            await client.dispose();
+        }
+    }
+
+    async restart(): Promise<void> {
+        await this.stop();
+        await this.start();
+    }
+
+    private async onConfigurationChanged(e: vscode.ConfigurationChangeEvent): Promise<void> {
+        if (RESTART_SETTINGS.some((key) => e.affectsConfiguration(key))) {
+            this.output.appendLine("tachy: the server's path changed; restarting it");
+            await this.restart();
+        } else if (e.affectsConfiguration("tachy.policy") && currentServerSettings().policy === undefined) {
+            // A cleared policy cannot be sent (null would override TACHY_POLICY); a new
+            // server starts from its environment's default again.
+            this.output.appendLine("tachy: tachy.policy was cleared; restarting the server");
+            await this.restart();
+        } else if (e.affectsConfiguration("tachy")) {
+            await this.readyClient()?.sendNotification(lc.DidChangeConfigurationNotification.type, {
+                settings: { tachy: currentServerSettings() },
+            });
+        }
+    }
+
+    // ---------------------------------------------------------- status bar
+    private setServerState(state: ServerState): void {
+        this.serverState = state;
+        if (state !== "running") {
+            this.index = undefined;
+        }
+        this.refreshStatus();
+    }
+
+    private refreshStatus(): void {
+        const view = statusView({
+            server: this.serverState,
+            index: this.index,
+            running: this.running.size,
+            pending: this.review.book.pending().length,
+            dense: this.denseIndex(),
+        });
+        this.status.text = view.text;
+        this.status.tooltip = view.tooltip;
+        this.status.command = view.command;
+        void vscode.commands.executeCommand("setContext", "tachy.agentRunning", this.running.size > 0);
+        void vscode.commands.executeCommand("setContext", "tachy.editsPending", this.review.book.pending().length > 0);
+        this.view.setRunning(this.running.size > 0);
+    }
+
+    private denseIndex(): boolean {
+        return currentServerSettings().index?.dense ?? true;
+    }
+
+    private poll(delayMs: number): void {
+        clearTimeout(this.pollTimer);
+        this.pollTimer = setTimeout(async () => {
+            const client = this.readyClient();
+            if (!client) {
+                return;
+            }
+            try {
+                this.index = await client.sendRequest(ext.indexStatus, {});
+            } catch (error) {
+                this.output.appendLine(`tachy: index status: ${String(error)}`);
+            }
+            this.refreshStatus();
+            if (client === this.client) {
+                this.poll(pollDelayMs(this.index, this.denseIndex()));
+            }
+        }, delayMs);
+    }
+
+    // ---------------------------------------------------------------- agent
+    private onAgentEvent(params: ext.AgentEventParams): void {
+        const kind = params.event.event;
+        if (kind === "run_start") {
+            this.running.add(params.sessionId);
+        } else if (kind === "final") {
+            this.running.delete(params.sessionId);
+        }
+        const item = this.chat.event(params.sessionId, params.seq, params.event);
+        if (item) {
+            this.view.item(item);
+        }
+        this.refreshStatus();
+    }
+
+    private promptContext(include: "none" | "selection" | "file"): PromptContext {
+        const editor = vscode.window.activeTextEditor ?? this.lastEditor;
+        if (!editor || include === "none") {
+            return {};
+        }
+        const doc = editor.document;
+        const context: PromptContext = { path: vscode.workspace.asRelativePath(doc.uri), language: doc.languageId };
+        const selection = editor.selection;
+        if (!selection.isEmpty) {
+            context.selection = {
+                text: doc.getText(selection),
+                startLine: selection.start.line + 1,
+                endLine: selection.end.line + 1,
+            };
+        }
+        if (doc.getText().length <= MAX_FILE_CONTEXT) {
+            context.fileText = doc.getText();
+        }
+        return context;
+    }
+
+    async ask(question: string, include: "none" | "selection" | "file" = "none"): Promise<ext.AgentRunResult | undefined> {
+        const client = this.readyClient();
+        if (!client) {
+            void vscode.window.showErrorMessage("tachy: the server is not running (tachy: Restart the Language Server).");
+            return undefined;
+        }
+        const context = this.promptContext(include);
+        if (include === "selection" && !context.selection) {
+            void vscode.window.showWarningMessage("tachy: there is no selection; asking without it.");
+        }
+        const editor = vscode.window.activeTextEditor ?? this.lastEditor;
+        const folder = editor && vscode.workspace.getWorkspaceFolder(editor.document.uri);
+        const sessionId = `vscode-${Date.now().toString(36)}-${++this.sessions}`;
+        const params: ext.AgentRunParams = { prompt: buildPrompt(question, context, include), sessionId };
+        if (folder) {
+            params.workspaceFolder = folder.uri.toString();
+        }
+        this.running.add(sessionId);
+        this.refreshStatus();
+        try {
+            const result = await client.sendRequest(ext.agentRun, params);
+            if (result.stopReason === "error") {
+                this.addError(sessionId, `The run failed: ${result.error || "unknown error"}`);
+            }
+            return result;
+        } catch (error) {
+            this.addError(sessionId, `The run failed: ${String((error as Error).message ?? error)}`);
+            return undefined;
+        } finally {
+            this.running.delete(sessionId);
+            this.refreshStatus();
+        }
+    }
+
+    private addError(sessionId: string, text: string): void {
+        const item = { kind: "error" as const, sessionId, text };
+        this.chat.push(item);
+        this.view.item(item);
+    }
+
+    async cancel(): Promise<void> {
+        const client = this.readyClient();
+        if (!client || this.running.size === 0) {
+            void vscode.window.showInformationMessage("tachy: no agent run is in progress.");
+            return;
+        }
+        for (const sessionId of [...this.running]) {
+            const result = await client.sendRequest(ext.agentCancel, { sessionId });
+            if (!result.cancelled && result.message) {
+                this.output.appendLine(`tachy: cancel ${sessionId}: ${result.message}`);
+            }
+        }
+    }
+
+    private async onChatMessage(message: FromWebview): Promise<void> {
+        switch (message.type) {
+            case "ask":
+                await this.ask(message.prompt, message.include);
+                break;
+            case "cancel":
+                await this.cancel();
+                break;
+            case "clear":
+                this.chat.clear();
+                this.view.reset();
+                break;
+            case "show":
+            case "accept":
+            case "reject": {
+                const proposal = this.review.book.get(message.proposalId);
+                if (!proposal) {
+                    return;
+                }
+                if (message.type === "show") {
+                    await this.review.show(proposal);
+                } else {
+                    await this.review.decide(proposal, message.type === "accept");
+                }
+                break;
+            }
+        }
+    }
+
+    // --------------------------------------------------------------- search
+    search(): void {
+        const client = this.readyClient();
+        if (!client) {
+            void vscode.window.showErrorMessage("tachy: the server is not running.");
+            return;
+        }
+        const pick = vscode.window.createQuickPick<PickItem>();
+        pick.placeholder = "Search the codebase by meaning or by words (tachy)";
+        let timer: NodeJS.Timeout | undefined;
+        let generation = 0;
+        const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.toString());
+        pick.onDidChangeValue((value) => {
+            clearTimeout(timer);
+            if (!value.trim()) {
+                pick.items = [];
+                return;
+            }
+            timer = setTimeout(async () => {
+                const mine = ++generation;
+                pick.busy = true;
+                try {
+                    const result = await client.sendRequest(ext.search, { query: value, limit: 30 });
+                    if (mine === generation) {
+                        pick.items = pickItems(result.results, folders);
+                    }
+                } catch (error) {
+                    if (mine === generation) {
+                        pick.items = [];
+                        pick.title = `tachy: ${String((error as Error).message ?? error)}`;
+                    }
+                } finally {
+                    if (mine === generation) {
+                        pick.busy = false;
+                    }
+                }
+            }, 250);
+        });
+        pick.onDidAccept(async () => {
+            const chosen = pick.selectedItems[0];
+            pick.hide();
+            if (chosen) {
+                const r = chosen.item.range;
+                const range = new vscode.Range(r.start.line, r.start.character, r.end.line, r.end.character);
+                const doc = await vscode.workspace.openTextDocument(vscode.Uri.parse(chosen.item.uri));
+                await vscode.window.showTextDocument(doc, { selection: new vscode.Range(range.start, range.start) });
+                vscode.window.activeTextEditor?.revealRange(range, vscode.TextEditorRevealType.InCenterIfOutsideViewport);
+            }
+        });
+        pick.onDidHide(() => {
+            clearTimeout(timer);
+            pick.dispose();
+        });
+        pick.show();
+    }
+
+    dispose(): void {
+        clearTimeout(this.pollTimer);
+        this.forwarder.dispose();
+        this.disposables.forEach((d) => d.dispose());
+    }
+}
+
+let tachy: Tachy | undefined;
+
+export function activate(context: vscode.ExtensionContext) {
+    const t = new Tachy(context);
+    tachy = t;
+    context.subscriptions.push(
+        t,
+        vscode.commands.registerCommand("tachy.search", () => t.search()),
+        vscode.commands.registerCommand("tachy.ask", async (prompt?: unknown, include?: unknown) => {
+            if (typeof prompt === "string" && prompt.trim()) {
+                await t.view.reveal();
+                const how = include === "selection" || include === "file" ? include : "none";
+                return t.ask(prompt, how);
+            }
+            await t.view.reveal();
+            return undefined;
+        }),
+        vscode.commands.registerCommand("tachy.askAboutSelection", async () => {
+            const question = await vscode.window.showInputBox({ prompt: "Ask tachy about the selection" });
+            if (question?.trim()) {
+                await t.view.reveal();
+                await t.ask(question, "selection");
+            }
+        }),
+        vscode.commands.registerCommand("tachy.cancel", () => t.cancel()),
+        vscode.commands.registerCommand("tachy.showEdit", async (arg?: unknown) => {
+            const proposal = await t.review.resolve(arg, "show");
+            if (proposal) {
+                await t.review.show(proposal);
+            }
+        }),
+        vscode.commands.registerCommand("tachy.acceptEdit", async (arg?: unknown) => {
+            const proposal = await t.review.resolve(arg, "accept");
+            return proposal ? t.review.decide(proposal, true) : false;
+        }),
+        vscode.commands.registerCommand("tachy.rejectEdit", async (arg?: unknown) => {
+            const proposal = await t.review.resolve(arg, "reject");
+            return proposal ? t.review.decide(proposal, false) : false;
+        }),
+        vscode.commands.registerCommand("tachy.acceptAllEdits", () => t.review.decideAll(true)),
+        vscode.commands.registerCommand("tachy.rejectAllEdits", () => t.review.decideAll(false)),
+        vscode.commands.registerCommand("tachy.restartServer", () => t.restart()),
+        vscode.commands.registerCommand("tachy.showOutput", () => t.output.show(true)),
+    );
+    // Activation does not wait for the server (it may take a while to start, or fail).
+    const ready = t.start();
+    // For other extensions and end-to-end tests: the client and what the chat shows.
+    return {
+        ready,
+        get client() {
+            return t.client;
+        },
+        chat: t.chat,
+        review: t.review.book,
+    };
+}
+
+export async function deactivate(): Promise<void> {
+    await tachy?.stop();
+    tachy = undefined;
+}
