@@ -73,6 +73,8 @@ from training.rollout_worker import RolloutResult, RolloutSettings, RolloutWorke
 from training.sft import (
     METRICS_FILE,
     TrainStateError,
+    adamw,
+    epoch_permutation,
     read_state,
     truncate_metrics,
     write_checkpoint,
@@ -208,15 +210,7 @@ class RLTrainer:
         self.version = 0
         self.moe_layers = len(replay.moe_modules(model))
         self.k = model.config.num_experts_per_tok
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": config.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=config.lr,
-        )
+        self.optimizer = adamw(model, config.lr, config.weight_decay)
 
     def reward(self, r: RolloutResult) -> float:
         """The reward trained on (see RLConfig.format_reward)."""
@@ -323,8 +317,7 @@ class TaskSampler:
     def next(self) -> str:
         if self.cursor == len(self.task_ids):
             self.epoch, self.cursor = self.epoch + 1, 0
-        g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
-        perm = torch.randperm(len(self.task_ids), generator=g).tolist()
+        perm = epoch_permutation(len(self.task_ids), self.seed, self.epoch)
         task = self.task_ids[perm[self.cursor]]
         self.cursor += 1
         return task

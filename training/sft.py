@@ -106,6 +106,28 @@ class TrainConfig:
         return floor + (self.lr - floor) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
+def adamw(
+    model: Model, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.999)
+) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices and expert tensors only (not norms)."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW(
+        [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ],
+        lr=lr,
+        betas=betas,
+    )
+
+
+def epoch_permutation(n: int, seed: int, epoch: int) -> list[int]:
+    """The order of n items in `epoch`: a fresh permutation seeded by (seed, epoch)."""
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+    return torch.randperm(n, generator=g).tolist()
+
+
 class TrainStateError(RuntimeError):
     """A trainer state that cannot be resumed from (missing, corrupt, or not matching)."""
 
@@ -147,21 +169,13 @@ class Trainer:
         self.step = 0
         self.epoch, self.cursor = 0, 0  # data position: next row = perm(epoch)[cursor]
         self._perm = self._permutation(0)
-        decay = [p for p in model.parameters() if p.dim() >= 2]
-        no_decay = [p for p in model.parameters() if p.dim() < 2]
-        self.optimizer = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": config.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},
-            ],
-            lr=config.lr_at(0),
-            betas=(config.beta1, config.beta2),
+        self.optimizer = adamw(
+            model, config.lr_at(0), config.weight_decay, betas=(config.beta1, config.beta2)
         )
 
     # ------------------------------------------------------------------- data
     def _permutation(self, epoch: int) -> list[int]:
-        g = torch.Generator().manual_seed(self.config.seed * 1_000_003 + epoch)
-        return torch.randperm(len(self.train_data), generator=g).tolist()
+        return epoch_permutation(len(self.train_data), self.config.seed, epoch)
 
     def _next_rows(self, n: int) -> list[int]:
         rows = []
