@@ -9,9 +9,9 @@ time a weight sync takes.
    tasks per step) twice in one process: synchronous (the anchor: launch B groups,
    wait for all, train, sync) and asynchronous (B + overprovision groups in flight,
    a step takes the first B groups to finish, bounded staleness eta = 1). The tasks'
-   test suites sleep a duration drawn per run from a log-normal (median 1.5 s, sigma
-   0.9, capped at 15 s), so rollout durations are long-tailed as real agent runs are
-   (a few take many times the median). Figures: steps per minute in each mode and
+   test suites sleep a duration drawn per run from a log-normal (by default median 2 s,
+   sigma 1.2, capped at 40 s: one run in ten sleeps over 9 s, one in fifty over 23 s),
+   so rollout durations are long-tailed as real agent runs are. Figures: steps per minute in each mode and
    their ratio (target >= 1.5x), the trainer's idle fraction (median over steps;
    target < 15 % for async), rollout durations (p50, p95, max).
 2. Weight sync: the trainer's weights put in the Ray object store once and loaded
@@ -61,16 +61,17 @@ import time
 
 def test_coin():
     rng = random.Random(os.urandom(8))
-    time.sleep(min(15.0, 1.5 * math.exp(rng.gauss(0.0, 0.9))))
+    time.sleep(min({cap}, {median} * math.exp(rng.gauss(0.0, {sigma}))))
     assert rng.random() < 0.5
 """
 
 
-def make_taskset(root: Path, n: int = 8) -> Path:
+def make_taskset(root: Path, median: float, sigma: float, cap: float, n: int = 8) -> Path:
     repo = root / "repos" / "coin"
     (repo / "tests").mkdir(parents=True)
     (repo / "coin.py").write_text("VALUE = 1\n")
-    (repo / "tests" / "test_coin.py").write_text(SLOW_COIN)
+    test = SLOW_COIN.format(median=median, sigma=sigma, cap=cap)
+    (repo / "tests" / "test_coin.py").write_text(test)
     tasks = [
         Task(
             id=f"coin-{i}",
@@ -161,7 +162,9 @@ def weight_sync(root: Path, name: str, repeats: int) -> dict[str, Any]:
 def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tachy-bench-rl-", dir="/var/tmp") as tmp:
         root = Path(tmp)
-        tasks = make_taskset(root / "tasks")
+        tasks = make_taskset(
+            root / "tasks", options.sleep_median, options.sleep_sigma, options.sleep_cap
+        )
         init = make_checkpoint(root)
         base = dict(
             tasks=str(tasks), init=str(init), group_size=options.group_size,
@@ -204,7 +207,10 @@ def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
             "groups_per_step": options.groups,
             "overprovision": options.overprovision,
             "steps": options.steps,
-            "test_sleep": "min(15, 1.5 * exp(N(0, 0.9))) s per rollout",
+            "test_sleep": (
+                f"min({options.sleep_cap}, {options.sleep_median} * exp(N(0, "
+                f"{options.sleep_sigma}))) s per rollout"
+            ),
             "model": "tiny preset, random init, fp32 trainer",
         },
         "modes": modes,
@@ -245,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=2, help="tasks per step (2)")
     parser.add_argument("--overprovision", type=int, default=2, help="extra groups (2)")
     parser.add_argument("--sync-repeats", type=int, help="weight syncs per preset (5)")
+    parser.add_argument("--sleep-median", type=float, default=2.0, help="test sleep median (2 s)")
+    parser.add_argument("--sleep-sigma", type=float, default=1.2, help="its log-normal sigma (1.2)")
+    parser.add_argument("--sleep-cap", type=float, default=40.0, help="its cap (40 s)")
     parser.add_argument("--seed", type=int, default=0)
     options = parser.parse_args(argv)
     options.steps = options.steps or (2 if options.quick else 8)
