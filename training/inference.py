@@ -170,6 +170,7 @@ class InferenceService:
             "tokens": self.tokens,
             "batches": self.batches,
             "mean_batch": round(self.rows / self.batches, 2) if self.batches else 0.0,
+            "sync_s": round(self.sync_s, 3),
             "queued": len(self.queue),
         }
 

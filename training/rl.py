@@ -453,8 +453,9 @@ class RLRun:
             ref = worker.rl_rollout.remote(rid, group.task_id, sampler, settings)
             inflight[ref] = (group.gid, rid, worker)
 
-    def _collect(self, inflight: dict, groups: dict, ready: list, timeout: float | None) -> None:
-        done, _ = ray.wait(list(inflight), num_returns=1, timeout=timeout)
+    def _collect(self, inflight: dict, groups: dict, ready: list) -> None:
+        """Wait for the next rollout to finish; a group whose runs are all in is ready."""
+        done, _ = ray.wait(list(inflight), num_returns=1)
         for ref in done:
             gid, rid, _worker = inflight.pop(ref)
             try:
@@ -495,16 +496,16 @@ class RLRun:
         try:
             while self.trainer.version < until:
                 want = cfg.groups_per_step
-                in_flight = want + cfg.overprovision if cfg.async_rollouts else want
+                target = want + cfg.overprovision  # groups in flight or ready (async)
                 if not cfg.async_rollouts:
                     while len(groups) < want:
                         self._launch_group(inflight, groups)
                 waited = time.perf_counter()
                 while len(ready) < want:
                     if cfg.async_rollouts:
-                        while len(groups) + len(ready) < in_flight:
+                        while len(groups) + len(ready) < target:
                             self._launch_group(inflight, groups)
-                    self._collect(inflight, groups, ready, timeout=None)
+                    self._collect(inflight, groups, ready)
                 idle = time.perf_counter() - waited
                 batch, ready = ready[:want], ready[want:]
                 results = [r for g in batch for r in g.results]
