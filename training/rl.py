@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import msgspec
 import ray
 import torch
 
@@ -182,16 +183,10 @@ class RLConfig:
         for key in PATH_KEYS:
             if isinstance(data.get(key), str):
                 data[key] = str((path.parent / Path(data[key]).expanduser()).resolve())
-        config = cls(**data)
-        for f in dataclasses.fields(cls):
-            value = getattr(config, f.name)
-            kind = {"int": int, "float": (int, float), "bool": bool, "str": str}.get(
-                str(f.type).split(" | ")[0]
-            )
-            if kind and value is not None and not isinstance(value, kind):
-                raise ValueError(f"config file {path}: {f.name} must be {f.type}, got {value!r}")
-            if kind is int and isinstance(value, bool):
-                raise ValueError(f"config file {path}: {f.name} must be an integer")
+        try:
+            config = msgspec.convert(data, cls, strict=True)
+        except msgspec.ValidationError as exc:
+            raise ValueError(f"config file {path}: {exc}") from None
         config.check()
         return config
 

@@ -240,7 +240,7 @@ def test_config_errors(tmp_path):
     with pytest.raises(ValueError, match="unknown fields \\['group_sise'\\]"):
         RLConfig.from_file(path)
     path.write_text('tasks = "t"\ninit = "i"\ngroup_size = "4"\n')
-    with pytest.raises(ValueError, match="group_size must be int"):
+    with pytest.raises(ValueError, match=r"Expected `int`, got `str` - at `\$.group_size`"):
         RLConfig.from_file(path)
     path.write_text('tasks = "t"\ninit = "i"\ngroup_size = 1\n')
     with pytest.raises(ValueError, match="group_size must be at least 2"):
