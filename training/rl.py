@@ -53,6 +53,7 @@ import msgspec
 import ray
 import torch
 
+from agent.policy import PolicyError
 from model.checkpoint import load
 from model.model import Model
 from model.policy import find_tokenizer
@@ -337,7 +338,6 @@ class RLRun:
     ) -> None:
         config.check()
         self.config, self.out, self.log = config, Path(out), log
-        self.out.mkdir(parents=True, exist_ok=True)
         if config.trainer_threads:
             torch.set_num_threads(config.trainer_threads)
         source = self.out if resume else Path(config.init)
@@ -346,7 +346,15 @@ class RLRun:
             model = load(source)
         except Exception as exc:
             raise ValueError(f"cannot load the model from {source}: {exc}") from None
-        self.tokenizer = find_tokenizer(source)
+        try:
+            self.tokenizer = find_tokenizer(source)
+        except PolicyError as exc:
+            raise ValueError(str(exc)) from None
+        context = model.config.max_position_embeddings
+        if config.max_tokens > context:
+            raise ValueError(
+                f"max_tokens {config.max_tokens} exceeds the model's context of {context} tokens"
+            )
         self.trainer = RLTrainer(model, self.tokenizer, config)
         task_ids = [t.id for t in load_tasks(config.tasks)]
         fraction = config.heldout_fraction
@@ -356,6 +364,7 @@ class RLRun:
         if config.heldout_tasks:
             held = [t.id for t in load_tasks(config.heldout_tasks)]
         self.heldout_ids = sorted(held)[: config.eval_tasks]
+        self.out.mkdir(parents=True, exist_ok=True)  # once the inputs are known good
         if state is not None:
             self.trainer.load_state_dict(state)
             self.sampler.epoch, self.sampler.cursor = state["sampler"]

@@ -161,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
 def run_rl(args: argparse.Namespace) -> int:
     from training.rl import RLConfig, RLRun, check_resumable
     from training.sft import TrainStateError
+    from training.tasks import TaskError
 
     if args.steps is not None and args.steps < 1:
         raise UsageError(f"--steps must be at least 1, got {args.steps}")
@@ -185,7 +186,7 @@ def run_rl(args: argparse.Namespace) -> int:
     try:
         with RLRun(config, out, resume=args.resume, log=sys.stderr) as run:
             history = run.train()
-    except (ValueError, TrainStateError) as exc:
+    except (ValueError, TrainStateError, TaskError) as exc:
         raise UsageError(str(exc)) from None
     last = history[-1] if history else {}
     print(

@@ -26,11 +26,11 @@ from model.tokenizer import IM_END, train_bpe
 from tests.training.test_envs import BUGGY_OPS, TEST_OPS, task, write
 from tests.training.test_sft import CODE, DEMOS, tiny_model
 from training.inference import InferenceService, sampler_weights
-from training.rl import RLConfig, RLTrainer, TaskSampler
+from training.rl import RLConfig, RLRun, RLTrainer, TaskSampler
 from training.rl_loss import TokenBatch, sequence_logprobs
 from training.rollout_worker import RolloutResult, RolloutService, RolloutSettings
 from training.sft import read_state, write_checkpoint
-from training.tasks import append_tasks
+from training.tasks import TaskError, append_tasks
 from training.token_policy import TokenPolicy
 
 pytestmark = [
@@ -303,3 +303,14 @@ def test_format_reward_shapes_only_the_training_reward(init_dir, tok):
     assert trainer.reward(worked) == 1.0 + 0.5 * 0.75
     assert trainer.reward(silent) == 0.0
     assert RLTrainer(load(init_dir), tok, config()).reward(worked) == 1.0
+
+
+def test_bad_inputs_are_refused_before_anything_is_written(init_dir, taskset, tmp_path):
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match="exceeds the model's context of 2048"):
+        RLRun(RLConfig(tasks=str(taskset), init=str(init_dir), max_tokens=4096), out)
+    with pytest.raises(TaskError, match="not a task set"):
+        RLRun(RLConfig(tasks=str(tmp_path / "none"), init=str(init_dir), max_tokens=2048), out)
+    with pytest.raises(ValueError, match="cannot load the model"):
+        RLRun(RLConfig(tasks=str(taskset), init=str(tmp_path)), out)
+    assert not out.exists()
