@@ -30,8 +30,11 @@ from pathlib import Path
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser(
         "train",
-        help="train the model: pretraining on code, fine-tuning on demonstrations",
-        description="The supervised warm-up of the tiny model (pretrain, sft) and its metrics.",
+        help="train the model: pretraining, fine-tuning on demonstrations, RL on tasks",
+        description=(
+            "Train our model: the supervised warm-up (pretrain, sft), reinforcement learning "
+            "in sandboxed tasks (rl), and the metrics of a run (plot)."
+        ),
     )
     sub = train.add_subparsers(dest="train_command", metavar="COMMAND", required=True)
 
