@@ -305,20 +305,21 @@ local function at_cursor()
   return (best or found[1] or {}).entry
 end
 
-function M.accept_at_cursor()
+--- Accept (true) or reject (false) the proposal under or nearest the cursor.
+function M.decide_at_cursor(accept)
   local e = at_cursor()
   if not e then
     return util.notify("no proposed edit in this buffer", vim.log.levels.WARN)
   end
-  M.decide(e, true)
+  M.decide(e, accept)
+end
+
+function M.accept_at_cursor()
+  M.decide_at_cursor(true)
 end
 
 function M.reject_at_cursor()
-  local e = at_cursor()
-  if not e then
-    return util.notify("no proposed edit in this buffer", vim.log.levels.WARN)
-  end
-  M.decide(e, false)
+  M.decide_at_cursor(false)
 end
 
 --- Move the cursor to the next (dir 1) or previous (-1) proposal in the buffer.
