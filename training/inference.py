@@ -7,8 +7,8 @@ step.
     sample = await actor.generate.remote(prompt_ids, 512)      # a token_policy.Sample
 
 Batching: requests queue up while the engine works; each engine call takes the oldest
-request and up to max_batch - 1 more that asked for the same number of new tokens and
-temperature (the engine has one SamplingParams per call). A call runs on a worker thread, so set_weights and
+request and up to max_batch - 1 more that asked for the same number of new tokens, stop
+strings and temperature (the engine has one SamplingParams per call). A call runs on a worker thread, so set_weights and
 stats are answered meanwhile; new weights are loaded between calls, never during one,
 so every token of a Sample comes from one policy version.
 
@@ -58,6 +58,7 @@ def sampler_weights(model: Model) -> dict[str, Tensor]:
 class _Request:
     prompt: list[int]
     max_new_tokens: int
+    stop: tuple[str, ...]
     temperature: float
     future: asyncio.Future = field(repr=False)
 
@@ -100,16 +101,22 @@ class InferenceService:
         return {"pid": os.getpid(), "max_seq": self.engine.max_seq, "version": self.version}
 
     async def generate(
-        self, prompt: list[int], max_new_tokens: int, temperature: float | None = None
+        self,
+        prompt: list[int],
+        max_new_tokens: int,
+        stop: list[str] | tuple[str, ...] = (),
+        temperature: float | None = None,
     ) -> Sample:
-        """Sample up to max_new_tokens after `prompt` (ids), at `temperature` (default:
-        the actor's; 0 is greedy, for evaluation)."""
+        """Sample up to max_new_tokens after `prompt` (ids), ending early at a stop string
+        (the executor's: the model must not write tool results itself), at `temperature`
+        (default: the actor's; 0 is greedy, for evaluation)."""
         loop = asyncio.get_running_loop()
         if self.worker is None or self.worker.done():
             self.wakeup = asyncio.Event()
             self.worker = loop.create_task(self._serve())
         temp = self.temperature if temperature is None else float(temperature)
-        request = _Request(list(prompt), int(max_new_tokens), temp, loop.create_future())
+        stops = tuple(s for s in stop if s)
+        request = _Request(list(prompt), int(max_new_tokens), stops, temp, loop.create_future())
         self.queue.append(request)
         self.wakeup.set()
         return await request.future
@@ -120,8 +127,8 @@ class InferenceService:
             self.wakeup.clear()
             while self.queue:
                 first = self.queue[0]
-                key = (first.max_new_tokens, first.temperature)
-                batch = [r for r in self.queue if (r.max_new_tokens, r.temperature) == key]
+                key = (first.max_new_tokens, first.stop, first.temperature)
+                batch = [r for r in self.queue if (r.max_new_tokens, r.stop, r.temperature) == key]
                 batch = batch[: self.engine.max_batch]
                 for r in batch:
                     self.queue.remove(r)
@@ -131,6 +138,7 @@ class InferenceService:
         self.calls += 1
         params = SamplingParams(
             max_new_tokens=batch[0].max_new_tokens, temperature=batch[0].temperature,
+            stop=list(batch[0].stop),
             seed=self.seed * 1_000_003 + self.calls,
         )  # fmt: skip
         started = time.perf_counter()

@@ -324,7 +324,6 @@ class _Group:
     gid: str
     task_id: str
     results: list[RolloutResult] = field(default_factory=list)
-    done_at: float | None = None
 
 
 class RLRun:
@@ -470,7 +469,6 @@ class RLRun:
             group = groups[gid]
             group.results.append(result)
             if len(group.results) == self.config.group_size:
-                group.done_at = time.monotonic()
                 ready.append(groups.pop(gid))
 
     def _mask_stale(self, results: list[RolloutResult]) -> int:

@@ -86,10 +86,10 @@ class RolloutService(EnvService):
         inference actor handle, or an InferenceService in-process)."""
         remote = hasattr(sampler.generate, "remote")
 
-        async def sample(ids: list[int], n: int) -> Sample:
+        async def sample(ids: list[int], n: int, stop: list[str]) -> Sample:
             if remote:
-                return await sampler.generate.remote(ids, n, settings.temperature)
-            return await sampler.generate(ids, n, settings.temperature)
+                return await sampler.generate.remote(ids, n, stop, settings.temperature)
+            return await sampler.generate(ids, n, stop, settings.temperature)
 
         policy = TokenPolicy(
             sample, self.tokenizer, max_tokens=settings.max_tokens,

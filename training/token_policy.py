@@ -14,8 +14,8 @@ previous turn's prompt, the sampled ids as drawn, then only the new context enco
 the end of the assistant turn when the sampler did not write it, and the tool results
 as a user message (Tokenizer.encode_chat, the one chat renderer).
 
-`sample(prompt_ids, max_new_tokens) -> Sample` is the inference actor's generate (or a
-local engine); the policy enforces the rollout's token budget (prompt + generations)
+`sample(prompt_ids, max_new_tokens, stop) -> Sample` is the inference actor's generate
+(or an in-process InferenceService's), given the executor's stop strings; the policy enforces the rollout's token budget (prompt + generations)
 and the staleness bound: a turn sampled more than `max_staleness` policy versions
 after the rollout's first raises StaleRollout. Both end the run with a PolicyError
 that the rollout worker reads from `stop` ("max_tokens", "stale") to mask the rollout
@@ -60,7 +60,7 @@ class StaleRollout(RolloutLimit):
     reason = "stale"
 
 
-SampleFn = Callable[[list[int], int], Awaitable[Sample]]
+SampleFn = Callable[[list[int], int, list[str]], Awaitable[Sample]]
 
 
 class TokenPolicy:
@@ -112,7 +112,6 @@ class TokenPolicy:
         return ids + self.tokenizer.encode_chat(new, generation_prompt=True)[0]
 
     async def stream(self, messages: list[Message], stop: list[str]) -> AsyncIterator[str]:
-        # `stop` is the executor's ("<tool_result"); the sampler applies the same list.
         context = self._context(messages)
         self.sequence.append_context(context)
         self._seen = len(messages)
@@ -120,7 +119,7 @@ class TokenPolicy:
         if budget <= 0:
             self.stop = TokenLimit.reason
             raise TokenLimit(f"the rollout reached its limit of {self.max_tokens} tokens")
-        sample = await self.sample(list(self.sequence.token_ids), budget)
+        sample = await self.sample(list(self.sequence.token_ids), budget, stop)
         versions = self.versions
         if (
             self.max_staleness is not None

@@ -88,7 +88,13 @@ async def drive(policy: TokenPolicy, convo: list[Message]) -> str:
 
 def test_token_policy_feeds_back_the_sampled_ids_and_encodes_only_new_context(init_dir, tok):
     service = InferenceService(str(init_dir), max_batch=2, max_seq=1024, seed=3)
-    policy = TokenPolicy(service.generate, tok, max_tokens=1024, max_new_tokens=12)
+    stops_seen = []
+
+    async def sample(ids, n, stop):
+        stops_seen.append(stop)
+        return await service.generate(ids, n, stop)
+
+    policy = TokenPolicy(sample, tok, max_tokens=1024, max_new_tokens=12)
     first = messages(("system", "be brief"), ("user", "fix add()"))
 
     async def run() -> tuple[list[int], int]:
@@ -114,8 +120,20 @@ def test_token_policy_feeds_back_the_sampled_ids_and_encodes_only_new_context(in
     assert seq.loss_mask == mask  # tool output and chat markers are never trained on
     assert seq.policy_version == [0 if m else -1 for m in mask]
     assert policy.tokens_generated == len(sampled1) + len(sampled2) and policy.turns == 2
+    assert stops_seen == [["<tool_result"], ["<tool_result"]]  # the executor's, passed on
     experts = [e for n, e in seq.experts if e is not None]
     assert [e.shape[0] for e in experts] == [len(sampled1), len(sampled2)]
+
+
+def test_the_sampler_ends_at_a_stop_string(init_dir, tok):
+    service = InferenceService(str(init_dir), max_batch=2, max_seq=512, temperature=0.0)
+    prompt = tok.encode_chat([("user", "def add(a, b):")], generation_prompt=True)[0]
+    free = asyncio.run(service.generate(prompt, 40))
+    assert len(free.text) > 6, free.text
+    stop = free.text[3:6]
+    cut = asyncio.run(service.generate(prompt, 40, [stop]))
+    assert cut.finish_reason == "stop" and stop not in cut.text
+    assert free.text.startswith(cut.text) and len(cut.text) < len(free.text)
 
 
 def test_trainer_logprobs_match_the_samplers_with_routing_replay(init_dir, tok):
