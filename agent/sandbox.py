@@ -50,6 +50,9 @@ class SandboxConfig:
     memory_bytes: int | None = 4 * 1024**3
     max_file_bytes: int = 2 * 1024**3
     job_log_bytes: int = 8 * 1024 * 1024
+    # Host paths bound read-only at their own place: inputs that lie under /tmp or
+    # /run, which the sandbox replaces with its own (a task set made with mktemp -d).
+    read_only_paths: list[str] = field(default_factory=list)
     # Variables set for every command, over the defaults: a training environment puts
     # its task's interpreter first on PATH, so `python -m pytest` means the same there
     # as in the task's instruction.
@@ -379,6 +382,7 @@ class Sandbox:
             "--tmpfs", "/tmp",
             "--tmpfs", "/run",
             *[arg for p in own_install_paths() for arg in ("--ro-bind", p, p)],
+            *[arg for p in self.config.read_only_paths for arg in ("--ro-bind", p, p)],
             "--bind", root, root,
             "--bind", root, SANDBOX_MOUNT,
             "--unshare-all",
