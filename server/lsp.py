@@ -806,13 +806,15 @@ def _workspace_symbol(root: Path, hit: Any) -> types.WorkspaceSymbol:
 
 def serve(tcp: str | None = None) -> int:
     """Run the server on stdio, or on HOST:PORT; returns the exit code."""
+    from server import framing  # our frame reader in place of pygls' (see there)
+
     server = TachyServer()
     try:
         if tcp is not None:
             host, _, port = tcp.rpartition(":")
-            server.start_tcp(host or "127.0.0.1", int(port))
+            framing.start_tcp(server, host or "127.0.0.1", int(port))
         else:
-            server.start_io()
+            framing.start_io(server)  # pygls' start_io, with a reader that caps messages
     finally:
         # The loop is gone (exit, or the client vanished): runs were cancelled with
         # it, which killed their commands; the indexes are closed cleanly here.
