@@ -222,6 +222,23 @@ def _prepare_in_worker(root: str, db_path: str, rel: str, old_hash: str | None) 
     return prepare_file(root, rel, old_hash, is_cached)
 
 
+def _remove(path: Path) -> None:
+    """Delete one entry of the index directory, whatever it became (a file, a symlink,
+    a directory where a file belongs): the index is a cache, and what cannot be
+    removed is a clear error instead of the same failure at every open."""
+    try:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise CodeIndexError(
+            f"cannot remove the damaged index file {path}: {exc.strerror or exc}; delete it"
+        ) from None
+
+
 def _key(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=16).hexdigest()
 
@@ -377,7 +394,7 @@ class CodeIndex:
         self._write_mutex = threading.Lock()  # one writer per process (flock: per machine)
         self.rebuilt_because: str | None = None
         self._lock_timeout_s = lock_timeout_s
-        self._lock_file = open(self.dir / "lock", "a+")  # noqa: SIM115 - held for our lifetime
+        self._lock_file = self._open_lock_file()
         self._priority: dict[str, float] = {}
         # Editors' unsaved text by path; updates index it in place of the disk's.
         self._overlay: dict[str, bytes] = {}
@@ -392,19 +409,46 @@ class CodeIndex:
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
 
+    def _open_lock_file(self):
+        """The file whose flock makes writers take turns; held for our lifetime. One
+        that is a directory is replaced (a file is never deleted: another process may
+        hold its lock)."""
+        path = self.dir / "lock"
+        try:
+            try:
+                return open(path, "a+")  # closed by close()
+            except IsADirectoryError:
+                _remove(path)
+                return open(path, "a+")
+        except OSError as exc:
+            raise CodeIndexError(f"cannot open {path}: {exc.strerror or exc}") from None
+
     # ------------------------------------------------------------ database
     def _open_database(self) -> sqlite3.Connection:
         path = self.dir / "index.db"
-        damaged = self.dir / DAMAGED_MARK
         try:
-            if damaged.exists():
-                raise CodeIndexError(damaged.read_text().strip() or "the index was found damaged")
+            damage = self._damage_noted()
+            if damage is not None:
+                raise CodeIndexError(damage)
             return self._connect(path)
         except (sqlite3.DatabaseError, CodeIndexError) as exc:
             # Corrupt, foreign or from another schema: start afresh (it is a cache).
             self._discard(reason=str(exc))
-            damaged.unlink(missing_ok=True)
+            _remove(self.dir / DAMAGED_MARK)
             return self._connect(path)
+
+    def _damage_noted(self) -> str | None:
+        """Why the database was marked damaged, or None when it was not. The mark's
+        mere presence is the verdict: whatever it holds (a crash or a disk fault can
+        leave any bytes, even a directory) it is only read for the message."""
+        try:
+            with open(self.dir / DAMAGED_MARK, "rb") as handle:
+                why = handle.read(1000).decode("utf-8", "replace").strip()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            why = f"the index was marked damaged (the mark is unreadable: {exc.strerror or exc})"
+        return why or "the index was marked damaged"
 
     def mark_damaged(self, error: Exception) -> None:
         """Called when the database fails in use: the next open rebuilds it."""
@@ -467,10 +511,8 @@ class CodeIndex:
         )
 
     def _discard(self, reason: str) -> None:
-        for name in ("index.db", "index.db-wal", "index.db-shm"):
-            with contextlib.suppress(FileNotFoundError):
-                (self.dir / name).unlink()
-        shutil.rmtree(self.dir / "vectors", ignore_errors=True)
+        for name in ("index.db", "index.db-wal", "index.db-shm", "vectors"):
+            _remove(self.dir / name)
         self.rebuilt_because = reason
 
     def _meta(self, key: str, default: str = "") -> str:

@@ -188,6 +188,8 @@ def run_search(args: argparse.Namespace) -> int:
         return 2
     try:
         with index:
+            if index.rebuilt_because:
+                print(f"tachy: rebuilding the index ({index.rebuilt_because})", file=sys.stderr)
             try:
                 index.update()
             except IndexBusyError:

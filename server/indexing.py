@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -182,6 +183,11 @@ class FolderIndex:
         except Exception as exc:  # the index must never take the server down
             log.exception("indexing %s failed", self.root)
             self.error = f"{type(exc).__name__}: {exc}"
+            if isinstance(exc, sqlite3.DatabaseError):
+                # The database broke in use: the next open (a restart, `tachy index`)
+                # rebuilds it, as the CLI's commands arrange too.
+                index.mark_damaged(exc)
+                self.error += "; the index will be rebuilt when it is next opened"
             if full:
                 self.state = "failed"
 
