@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import os
+import posixpath
 import resource
 import shutil
 import signal
@@ -27,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.cgroup import ProcessCgroup
+from agent.githistory import HistoryCheck
 from agent.workspace import JOBS_DIR, SANDBOX_MOUNT, Workspace
-from index.ignore import ALWAYS_HIDDEN_DIRS, IGNORE_FILES, IgnoreRules, is_secret_name
+from index.ignore import ALWAYS_HIDDEN_DIRS, IGNORE_FILES, is_secret_name
 
 # Environment variables a command inherits; everything else (API keys!) stays out.
 SAFE_ENV = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "VIRTUAL_ENV")
@@ -50,6 +52,12 @@ class SandboxConfig:
     memory_bytes: int | None = 4 * 1024**3
     max_file_bytes: int = 2 * 1024**3
     job_log_bytes: int = 8 * 1024 * 1024
+    # Size of the sandbox's private /tmp and /run (memory: they count against the
+    # command's memory limit too).
+    tmpfs_bytes: int = 1024**3
+    # What the commands of one run may add to the workspace's file system, in all.
+    # A command that passes it is stopped (what it wrote stays); None: no limit.
+    disk_quota_bytes: int | None = 4 * 1024**3
     # Host paths bound read-only at their own place: inputs that lie under /tmp or
     # /run, which the sandbox replaces with its own (a task set made with mktemp -d).
     read_only_paths: list[str] = field(default_factory=list)
@@ -68,6 +76,7 @@ class CommandResult:
     timed_out: bool = False
     output_overflow: bool = False
     cancelled: bool = False
+    disk_quota_hit: bool = False
     duration_s: float = 0.0
 
     @property
@@ -104,6 +113,12 @@ def _root_binds() -> list[str]:
             args += ["--ro-bind", path, path]
     return args
 
+
+# Hidden directories are replaced by an empty tmpfs; what a command writes there is
+# discarded at its end, and bounded meanwhile.
+_HIDDEN_DIR_BYTES = 64 * 1024**2
+# How often a running command's disk use is looked at (statvfs: microseconds).
+_DISK_POLL_S = 0.05
 
 _OWN_MOUNTS = frozenset({"dev", "proc", "tmp", "run", SANDBOX_MOUNT.strip("/")})
 _PRIVATE = ("/tmp", "/run")  # replaced by empty tmpfs inside the sandbox
@@ -218,8 +233,35 @@ def _within_hard_limit(resource_id: int, value: int) -> tuple[int, int]:
 _RACY_NS = 100_000_000  # 0.1 s, well above file-system timestamp granularity
 
 
+# What commands may read but not change, inside a repository's metadata directory:
+# what would make the host's own tools act. Editors run `git status` on their own, and
+# a core.fsmonitor, a hook or an include that a command wrote would run there.
+PROTECTED_METADATA = {
+    ".git": ("config", "config.worktree", "hooks", "info", "modules", "worktrees"),
+    ".hg": ("hgrc",),
+}
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One thing a command must not see or change: `hide` (a directory: an empty
+    tmpfs; a file: /dev/null) or `protect` (bound read-only onto itself)."""
+
+    rel: str
+    is_dir: bool
+    action: str  # "hide" | "protect"
+
+
 class HiddenScanner:
-    """Finds what commands must not see, re-reading only directories that changed.
+    """Finds what commands must not see or change, re-reading only directories that
+    changed.
+
+    Hidden: what the workspace hides from the model (Workspace.is_hidden: ignored and
+    secret files, so git-ignored directories too, except environments and tool caches,
+    which builds and tests need and which are scanned for secrets like the rest) and
+    .tachy/. Protected (read-only): ignore files, and repository metadata that would
+    make the host act (PROTECTED_METADATA). A repository whose history holds hidden
+    files has its .git hidden whole (agent.githistory).
 
     A command starts on every run_terminal_cmd, so walking a large workspace each
     time would dominate start-up. Each directory's verdicts are kept with its mtime
@@ -229,21 +271,26 @@ class HiddenScanner:
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
-        self.tachy_rules = IgnoreRules(
-            workspace.root, names=(".tachyignore",), hidden_dirs=frozenset()
-        )
-        # directory -> (mtime_ns, hidden entries, subdirectories to descend into)
-        self._dirs: dict[str, tuple[int, list[tuple[str, bool]], list[str]]] = {}
+        # directory -> (mtime_ns, mounts, subdirectories to descend into)
+        self._dirs: dict[str, tuple[int, list[Mount], list[str]]] = {}
         self._ignore_stamps: dict[str, tuple[int, int] | None] = {}
         self._restart = False
         self._scanned = False
+        self.history = HistoryCheck(
+            workspace.root,
+            lambda path: (
+                (is_secret_name(posixpath.basename(path)) and not workspace.allow_secrets)
+                or workspace.agent_rules.is_ignored(path)
+            ),
+        )
+        self.history_hidden: list[str] | None = []
 
-    def scan(self) -> list[tuple[str, bool]]:
+    def scan(self) -> list[Mount]:
         if self._ignore_files_changed():
             self._reset()
         while True:
             self._restart = False
-            hidden: list[tuple[str, bool]] = []
+            mounts: list[Mount] = []
             seen: set[str] = set()
             stack = [""]
             while stack and not self._restart:
@@ -251,19 +298,26 @@ class HiddenScanner:
                 seen.add(directory)
                 entry = self._directory(directory)
                 if entry is not None:
-                    hidden.extend(entry[1])
+                    mounts.extend(entry[1])
                     stack.extend(reversed(entry[2]))
             if not self._restart:
                 break
         self._scanned = True
         for gone in self._dirs.keys() - seen:
             del self._dirs[gone]
-        return hidden
+        return [*mounts, *self._repository_mounts()]
+
+    def _repository_mounts(self) -> list[Mount]:
+        """The workspace's own repository: its history may hold what is hidden."""
+        self.history_hidden = self.history.hidden_paths()
+        if self.history_hidden is None or self.history_hidden:
+            return [Mount(".git", True, "hide")]
+        return []
 
     def _reset(self) -> None:
         self._dirs.clear()
-        self.tachy_rules.invalidate()
         self.workspace.rules.invalidate()
+        self.workspace.agent_rules.invalidate()
 
     def _ignore_files_changed(self) -> bool:
         changed = False
@@ -295,33 +349,58 @@ class HiddenScanner:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError:
             return None
-        hidden: list[tuple[str, bool]] = []
+        mounts: list[Mount] = []
         subdirs: list[str] = []
-        rules, allow_secrets = self.workspace.rules, self.workspace.allow_secrets
+        workspace = self.workspace
         for entry in entries:
             rel = f"{directory}/{entry.name}" if directory else entry.name
-            is_dir = entry.is_dir(follow_symlinks=False)
-            if entry.name in IGNORE_FILES and not is_dir and rel not in self._ignore_stamps:
-                self._ignore_stamps[rel] = _stamp(path / entry.name)
-                if self._scanned:
-                    # It appeared since the last scan: its rules change verdicts
-                    # already cached for this subtree, so start again from scratch.
-                    self._reset()
-                    self._restart = True
-                    return None
-            if self.tachy_rules.is_ignored(rel, is_dir):
-                hidden.append((rel, is_dir))
+            try:
+                is_dir = entry.is_dir(follow_symlinks=False)
+            except OSError:
+                continue
+            if entry.name in IGNORE_FILES and not is_dir:
+                if rel not in self._ignore_stamps:
+                    self._ignore_stamps[rel] = _stamp(path / entry.name)
+                    if self._scanned:
+                        # It appeared since the last scan: its rules change verdicts
+                        # already cached for this subtree, so start again from scratch.
+                        self._reset()
+                        self._restart = True
+                        return None
+                if not entry.is_symlink():
+                    mounts.append(Mount(rel, False, "protect"))
+            if entry.name in ALWAYS_HIDDEN_DIRS:
+                mounts.extend(self._metadata(rel, entry.name, is_dir))
+                continue
+            if workspace.is_hidden(rel, is_dir):
+                mounts.append(Mount(rel, is_dir, "hide"))
             elif is_dir:
-                if entry.name not in ALWAYS_HIDDEN_DIRS and not rules.is_ignored(rel, True):
-                    subdirs.append(rel)
-            elif not allow_secrets and is_secret_name(entry.name):
-                hidden.append((rel, False))
-        result = (mtime, hidden, subdirs)
+                subdirs.append(rel)
+        result = (mtime, mounts, subdirs)
         if racy:
             self._dirs.pop(directory, None)
         else:
             self._dirs[directory] = result
         return result
+
+    def _metadata(self, rel: str, name: str, is_dir: bool) -> list[Mount]:
+        """.tachy/ is hidden; a repository's config and hooks are read-only; a `.git`
+        file (a worktree's or submodule's pointer to its repository) too."""
+        if name == ".tachy":
+            return [Mount(rel, True, "hide")] if is_dir else []
+        if not is_dir:
+            return [Mount(rel, False, "protect")] if name == ".git" else []
+        if name == ".git":
+            # An empty hooks directory (as `git init` makes) so that it can be bound
+            # read-only: a command must not be able to add one.
+            with contextlib.suppress(OSError):
+                os.mkdir(self.workspace.abspath(f"{rel}/hooks"))
+        mounts = []
+        for child in PROTECTED_METADATA.get(name, ()):
+            target = self.workspace.abspath(f"{rel}/{child}")
+            if os.path.lexists(target) and not os.path.islink(target):
+                mounts.append(Mount(f"{rel}/{child}", target.is_dir(), "protect"))
+        return mounts
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -357,44 +436,98 @@ class Sandbox:
         self._job_ids = itertools.count(1)
         self._hidden = HiddenScanner(workspace)
         self._scan_lock = threading.Lock()
+        # Bytes this run's commands added to the workspace's file system (net).
+        self.disk_written = 0
+
+    # ------------------------------------------------------------ disk quota
+    def disk_quota_notice(self) -> str:
+        quota = self.config.disk_quota_bytes or 0
+        return (
+            f"stopped: this run's commands added more than {quota / 1024**3:.3g} GiB to the "
+            "workspace's disk (its quota); what they wrote is still there: delete what "
+            "is not needed"
+        )
+
+    def _disk_used(self) -> int | None:
+        try:
+            info = os.statvfs(self.workspace.root)
+        except OSError:
+            return None
+        return (info.f_blocks - info.f_bfree) * info.f_frsize
+
+    async def _watch_disk(self, exceeded: asyncio.Event) -> None:
+        """Follow the file system's use while a command runs; set `exceeded` once the
+        run's commands added more than the quota. Counts the growth of the whole file
+        system (what else writes to it meanwhile counts too): a bound, not a meter."""
+        quota = self.config.disk_quota_bytes
+        start = self._disk_used()
+        if quota is None or start is None:
+            return
+        try:
+            while True:
+                await asyncio.sleep(_DISK_POLL_S)
+                now = self._disk_used()
+                if now is not None and self.disk_written + now - start > quota:
+                    exceeded.set()
+                    return
+        finally:
+            now = self._disk_used()
+            if now is not None:
+                self.disk_written = max(0, self.disk_written + now - start)
 
     @property
     def mode(self) -> str:
         return "bubblewrap" if self.bwrap else "subprocess"
 
     # ------------------------------------------------------------ building
-    def hidden_paths(self) -> list[tuple[str, bool]]:
-        """(rel_path, is_dir) of what a command must not see: .tachyignore'd entries and
-        secret files. Git-ignored directories are not searched (they stay visible to
-        commands, since builds and tests need their venvs and outputs)."""
+    def hidden_paths(self) -> list[Mount]:
+        """What a command must not see or change (see HiddenScanner)."""
         with self._scan_lock:  # commands are built on threads; the cache is shared
             return self._hidden.scan()
 
     def _argv(self, command: str) -> list[str]:
         if not self.bwrap:
             return ["/bin/sh", "-c", command]
+        return self.confine(["/bin/sh", "-c", command])
+
+    def confine(self, argv: list[str]) -> list[str]:
+        """`argv` wrapped to run in this sandbox (unchanged without bubblewrap): what
+        tachy itself runs over the workspace's files (ruff, ripgrep) sees exactly what
+        a command sees, so no tool is a side door around the rules."""
+        if not self.bwrap:
+            return list(argv)
         root = str(self.workspace.root)
-        argv = [
+        tmpfs = ["--size", str(self.config.tmpfs_bytes), "--tmpfs"]
+        args = [
             self.bwrap,
             *_root_binds(),
             "--dev", "/dev",
             "--proc", "/proc",
-            "--tmpfs", "/tmp",
-            "--tmpfs", "/run",
+            *tmpfs, "/tmp",
+            *tmpfs, "/run",
             *[arg for p in own_install_paths() for arg in ("--ro-bind", p, p)],
             *[arg for p in self.config.read_only_paths for arg in ("--ro-bind", p, p)],
             "--bind", root, root,
             "--bind", root, SANDBOX_MOUNT,
             "--unshare-all",
+            # Root would keep every capability inside (and could unmount what hides
+            # secrets, or remount the host read-write); bubblewrap also sets
+            # no_new_privs, so no child can gain them back through a setuid binary.
+            "--cap-drop", "ALL",
             "--die-with-parent",
             "--new-session",
         ]  # fmt: skip
-        for rel, is_dir in self.hidden_paths():
+        for mount in self.hidden_paths():
             for base in (root, SANDBOX_MOUNT):
-                target = f"{base}/{rel}"
-                argv += ["--tmpfs", target] if is_dir else ["--ro-bind", "/dev/null", target]
-        argv += ["--chdir", SANDBOX_MOUNT, "/bin/sh", "-c", command]
-        return argv
+                target = f"{base}/{mount.rel}"
+                if mount.action == "protect":
+                    args += ["--ro-bind", f"{root}/{mount.rel}", target]
+                elif mount.is_dir:
+                    args += ["--size", str(_HIDDEN_DIR_BYTES), "--tmpfs", target]
+                else:
+                    args += ["--ro-bind", "/dev/null", target]
+        args += ["--chdir", SANDBOX_MOUNT, *argv]
+        return args
 
     def _env(self) -> dict[str, str]:
         env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
@@ -520,11 +653,19 @@ class Sandbox:
         result = CommandResult(exit_code=None, head=b"", tail=b"", total_bytes=0)
         exited = asyncio.ensure_future(process.wait())
         overflowed = asyncio.ensure_future(capture.overflow.wait())
+        disk_full = asyncio.Event()
+        watcher = asyncio.ensure_future(self._watch_disk(disk_full))
+        over_quota = asyncio.ensure_future(disk_full.wait())
         try:
             done, _ = await asyncio.wait(
-                {exited, overflowed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                {exited, overflowed, over_quota},
+                timeout=timeout,
+                return_when=asyncio.FIRST_COMPLETED,
             )
-            if overflowed in done:
+            if over_quota in done and exited not in done:
+                result.disk_quota_hit = True
+                capture.take_pending()
+            elif overflowed in done:
                 result.output_overflow = True
             elif exited not in done:
                 result.timed_out = True
@@ -534,7 +675,7 @@ class Sandbox:
             # Stop everything still running: on timeout or overflow the command itself,
             # after a normal exit whatever it left behind.
             self._kill(process, cgroup)
-            if not (result.output_overflow or result.timed_out):
+            if not (result.output_overflow or result.timed_out or result.disk_quota_hit):
                 # Collect what is still in the pipe; it closes once every process that
                 # held it is gone (bounded, for processes that escaped the kill).
                 await asyncio.wait({capture.closed}, timeout=_DRAIN_GRACE_S)
@@ -544,12 +685,15 @@ class Sandbox:
         finally:
             capture.close()
             overflowed.cancel()
+            over_quota.cancel()
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
             await self._stop(process, cgroup)
             self.workspace.rules.invalidate()  # the command may have changed ignore files
             result.head, result.tail = bytes(capture.head), bytes(capture.tail)
             result.total_bytes = capture.total
             result.duration_s = time.monotonic() - started
-        if not (result.timed_out or result.output_overflow):
+        if not (result.timed_out or result.output_overflow or result.disk_quota_hit):
             result.exit_code = process.returncode
         return result
 
@@ -568,6 +712,14 @@ class Sandbox:
     async def _pump_job(self, job: Job, log_path: Path) -> None:
         written = 0
         limit = self.config.job_log_bytes
+        disk_full = asyncio.Event()
+        watcher = asyncio.create_task(self._watch_disk(disk_full))
+
+        async def stop_when_full() -> None:
+            await disk_full.wait()
+            self._kill(job.process, job.cgroup)
+
+        stopper = asyncio.create_task(stop_when_full())
         try:
             with open(log_path, "wb", buffering=0) as log:
                 assert job.process.stdout is not None
@@ -579,8 +731,13 @@ class Sandbox:
                         if written >= limit:
                             log.write(b"\n[tachy: log limit reached; further output discarded]\n")
                 job.exit_code = await job.process.wait()
+                if disk_full.is_set():
+                    log.write(f"\n[tachy: {self.disk_quota_notice()}]\n".encode())
                 log.write(f"\n[tachy: job {job.id} exited with code {job.exit_code}]\n".encode())
         finally:
+            stopper.cancel()
+            watcher.cancel()
+            await asyncio.gather(stopper, watcher, return_exceptions=True)
             self._kill(job.process, job.cgroup)
             if job.cgroup is not None:
                 await asyncio.shield(asyncio.to_thread(job.cgroup.remove, _CGROUP_REMOVE_WAIT_S))

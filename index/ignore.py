@@ -19,39 +19,105 @@ import pathspec
 IGNORE_FILES = (".gitignore", ".tachyignore")
 ALWAYS_HIDDEN_DIRS = frozenset({".git", ".tachy", ".hg", ".svn"})
 
-# Names that hold credentials. Matched against the file name only.
+# Names that hold credentials, as other tools that guard them recognise them (git
+# hosting secret scanners, editors' and agents' ignore defaults). Matched against the
+# file name only. Users add their own with TACHY_SECRET_PATTERNS (see below).
 SECRET_NAME_PATTERNS = (
+    # environment files
     ".env",
     ".env.*",
+    "*.env",
+    ".envrc",
+    # keys and certificates with private parts
     "*.pem",
     "*.key",
     "*.p12",
     "*.pfx",
     "*.jks",
     "*.keystore",
+    "*.ppk",
+    "*.keytab",
     "id_rsa",
     "id_dsa",
     "id_ecdsa",
     "id_ed25519",
+    "id_ecdsa_sk",
+    "id_ed25519_sk",
+    # credential stores of common tools
     ".netrc",
+    "_netrc",
     ".pgpass",
     ".pypirc",
     ".npmrc",
+    ".yarnrc.yml",
+    ".git-credentials",
+    ".htpasswd",
+    ".boto",
+    ".s3cfg",
+    "kubeconfig",
     "credentials",
-    "credentials.json",
+    "credentials.*",
+    "secrets.json",
+    "secrets.yaml",
+    "secrets.yml",
+    "secrets.toml",
     "*.kdbx",
+    # infrastructure state, which holds every secret of what it manages
+    "*.tfstate",
+    "*.tfstate.*",
+    "*.tfvars",
 )
 # Templates that document which variables exist without holding values.
 SECRET_NAME_EXCEPTIONS = (".env.example", ".env.sample", ".env.template", ".env.dist")
+# More secret name patterns, from the user: globs separated by commas or colons.
+SECRET_PATTERNS_VARIABLE = "TACHY_SECRET_PATTERNS"
+
+
+def secret_name_patterns() -> tuple[str, ...]:
+    """The built-in secret name patterns plus the user's (TACHY_SECRET_PATTERNS)."""
+    extra = os.environ.get(SECRET_PATTERNS_VARIABLE, "").replace(":", ",")
+    return SECRET_NAME_PATTERNS + tuple(p.strip() for p in extra.split(",") if p.strip())
 
 
 # One compiled pattern: this runs on every file name of every walk.
-_SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in SECRET_NAME_PATTERNS))
+_SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in secret_name_patterns()))
 
 
 def is_secret_name(name: str) -> bool:
     """True when a file name looks like it holds credentials."""
     return name not in SECRET_NAME_EXCEPTIONS and _SECRET_RE.match(name) is not None
+
+
+# Directories that hold a project's environments, dependencies and tool caches.
+# Git-ignored, they stay out of listings, search and the index like anything ignored,
+# but builds and tests need them (a test run imports from .venv), so commands see them
+# and read_file reads a file in one when it is named; secret and .tachyignore'd files
+# in them stay hidden. Any directory holding a pyvenv.cfg (a virtual environment by
+# another name) counts too.
+TOOL_DIR_NAMES = frozenset(
+    {
+        ".venv",
+        "venv",
+        "node_modules",
+        "__pycache__",
+        ".pytest_cache",
+        ".mypy_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".tox",
+        ".nox",
+        ".eggs",
+    }
+)
+
+
+def is_tool_dir(root: Path, rel: str) -> bool:
+    """Whether the directory `rel` under `root` holds an environment or a tool's cache.
+    (Build output such as build/ or dist/ is not one: it stays hidden when ignored.)"""
+    name = rel.rsplit("/", 1)[-1]
+    if name in TOOL_DIR_NAMES or name.endswith(".egg-info"):
+        return True
+    return os.path.isfile(root / rel / "pyvenv.cfg")
 
 
 class IgnoreRules:
@@ -61,6 +127,11 @@ class IgnoreRules:
     shallower ones, and a path inside an ignored directory is ignored whatever a
     negation says (as in git). Spec files are read lazily and cached; call
     `invalidate()` after an ignore file changes.
+
+    With `tighten_only` (what binds an agent run) rules can only grow: a path ignored
+    under the ignore files as they were first read stays ignored whatever those files
+    say later, so an agent that rewrites or adds an ignore file (a negation `!x`)
+    cannot uncover what the user's rules hid.
     """
 
     def __init__(
@@ -68,40 +139,62 @@ class IgnoreRules:
         root: Path,
         names: tuple[str, ...] = IGNORE_FILES,
         hidden_dirs: frozenset[str] = ALWAYS_HIDDEN_DIRS,
+        *,
+        tighten_only: bool = False,
     ) -> None:
         self.root = root
         self._names = names
         self._hidden_dirs = hidden_dirs
         self._specs: dict[str, pathspec.GitIgnoreSpec | None] = {}
         self._dir_cache: dict[str, bool] = {}
+        self.tighten_only = tighten_only
+        # directory -> its rule lines when first read, and the spec they make.
+        self._first: dict[str, tuple[tuple[str, ...], pathspec.GitIgnoreSpec | None]] = {}
+        self._drifted = False  # some ignore file differs from its first reading
 
     def invalidate(self) -> None:
         self._specs.clear()
         self._dir_cache.clear()
 
+    def _read_lines(self, directory: str) -> tuple[str, ...]:
+        lines: list[str] = []
+        for name in self._names:
+            try:
+                text = (self.root / directory / name).read_text(encoding="utf-8", errors="replace")
+            except (OSError, ValueError):
+                continue
+            lines.extend(text.splitlines())
+        return tuple(lines)
+
     def _spec(self, directory: str) -> pathspec.GitIgnoreSpec | None:
         if directory not in self._specs:
-            lines: list[str] = []
-            for name in self._names:
-                try:
-                    text = (self.root / directory / name).read_text(
-                        encoding="utf-8", errors="replace"
-                    )
-                except OSError:
-                    continue
-                lines.extend(text.splitlines())
-            self._specs[directory] = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+            lines = self._read_lines(directory)
+            spec = pathspec.GitIgnoreSpec.from_lines(lines) if lines else None
+            self._specs[directory] = spec
+            first = self._first.setdefault(directory, (lines, spec))
+            if first[0] != lines:
+                self._drifted = True
         return self._specs[directory]
+
+    def _first_spec(self, directory: str) -> pathspec.GitIgnoreSpec | None:
+        self._spec(directory)  # records the first reading if there was none
+        return self._first[directory][1]
 
     def _decide(self, rel: str, is_dir: bool) -> bool:
         """Ignore decision for `rel` alone, not counting its ancestors."""
         parts = rel.split("/")
         if is_dir and parts[-1] in self._hidden_dirs:
             return True
+        ignored = self._decide_with(self._spec, parts, is_dir)
+        if not ignored and self.tighten_only and self._drifted:
+            ignored = self._decide_with(self._first_spec, parts, is_dir)
+        return ignored
+
+    @staticmethod
+    def _decide_with(spec_of, parts: list[str], is_dir: bool) -> bool:
         ignored = False
         for depth in range(len(parts)):
-            directory = "/".join(parts[:depth])
-            spec = self._spec(directory)
+            spec = spec_of("/".join(parts[:depth]))
             if spec is None:
                 continue
             sub = "/".join(parts[depth:]) + ("/" if is_dir else "")

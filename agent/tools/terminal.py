@@ -106,6 +106,8 @@ class RunTerminalCmd(Tool):
                 f"The command did not finish within {limit:g} s and was killed, with every "
                 "process it started. Output before it was killed:"
             )
+        elif result.disk_quota_hit:
+            status = f"The command was {sandbox.disk_quota_notice()}. Output before it was stopped:"
         elif result.output_overflow:
             status = (
                 f"The command printed more than {format_bytes(sandbox.config.max_output_bytes)} "

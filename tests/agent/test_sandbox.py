@@ -349,18 +349,35 @@ async def test_secrets_and_tachyignored_paths_are_hidden_from_commands(repo, ctx
     (repo / "notes.md").write_text("secret notes\n")
     (repo / "keys").mkdir()
     (repo / "keys" / "id_rsa").write_text("PRIVATE KEY\n")
-    (repo / "build" / "kept.txt").write_text("git-ignored but visible\n")
+    (repo / "build" / "kept.txt").write_text("git-ignored, so hidden\n")
+    (repo / "build" / ".env").write_text("TOKEN=ignored-dir-secret\n")
+    # A git-ignored environment stays usable, without its secrets.
+    (repo / ".gitignore").write_text("build/\n*.log\n.venv/\n")
+    (repo / ".venv" / "lib").mkdir(parents=True)
+    (repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (repo / ".venv" / "lib" / "mod.py").write_text("VALUE = 'environment visible'\n")
+    (repo / ".venv" / "lib" / "credentials.json").write_text('{"key": "venv-secret"}\n')
     content = await ok(
         ctx,
         "run_terminal_cmd",
         command="cat .env; cat keys/id_rsa; cat notes.md; ls -A private | wc -l; "
-        "grep -rs 'hunter2\\|PRIVATE\\|secret\\|top' . ; cat build/kept.txt",
+        "grep -rs 'hunter2\\|PRIVATE\\|secret\\|top' . ; ls -A build | wc -l; "
+        "cat debug.log; cat .venv/lib/mod.py; cat .venv/lib/credentials.json",
     )
-    for leaked in ["hunter2", "PRIVATE KEY", "secret notes", "top secret plan"]:
+    for leaked in [
+        "hunter2",
+        "PRIVATE KEY",
+        "secret notes",
+        "top secret plan",
+        "git-ignored, so hidden",
+        "ignored-dir-secret",
+        "venv-secret",
+        "log line",
+    ]:
         assert leaked not in content
-    assert content.count("Permission denied") >= 3
-    assert "\n0\n" in content
-    assert "git-ignored but visible" in content
+    assert content.count("Permission denied") >= 5
+    assert "\n0\n0\n" in content
+    assert "environment visible" in content
     # Nothing was changed on the host.
     assert (repo / ".env").read_text() == "API_KEY=hunter2\n"
     assert (repo / "private" / "plan.txt").read_text() == "top secret plan\n"
@@ -383,15 +400,35 @@ async def test_hidden_paths(repo):
     (repo / "private").mkdir()
     (repo / "sub").mkdir()
     (repo / "sub" / "credentials.json").write_text("{}")
-    (repo / "build" / ".env").write_text("X=1\n")  # inside a git-ignored dir: not searched
+    (repo / "build" / ".env").write_text("X=1\n")  # inside a git-ignored dir: hidden with it
     sandbox = Sandbox(Workspace(repo))
-    assert sandbox.hidden_paths() == [
+    assert hidden(sandbox) == [
         (".env", False),
+        ("build", True),
+        ("debug.log", False),
         ("private", True),
         ("sub/credentials.json", False),
     ]
     (repo / ".tachyignore").write_text("sub/\n")
-    assert sandbox.hidden_paths() == [(".env", False), ("sub", True)]
+    # Rules only tighten while a workspace lives (one run): private/ stays hidden.
+    assert hidden(sandbox) == [
+        (".env", False),
+        ("build", True),
+        ("debug.log", False),
+        ("private", True),
+        ("sub", True),
+    ]
+    assert hidden(Sandbox(Workspace(repo))) == [
+        (".env", False),
+        ("build", True),
+        ("debug.log", False),
+        ("sub", True),
+    ]
+
+
+def hidden(sandbox: Sandbox) -> list[tuple[str, bool]]:
+    """What the sandbox hides from commands, beside the ignored build/ and debug.log."""
+    return [(m.rel, m.is_dir) for m in sandbox.hidden_paths() if m.action == "hide"]
 
 
 @pytest.mark.parametrize("trust_cache", [False, True])
@@ -410,24 +447,21 @@ def test_hidden_paths_follow_changes_between_commands(repo, monkeypatch, trust_c
         monkeypatch.setattr("agent.sandbox._RACY_NS", 0)
     settle()
     sandbox = Sandbox(Workspace(repo))
-    assert sandbox.hidden_paths() == [(".env", False)]
+    BASE = [(".env", False), ("build", True), ("debug.log", False)]
+    assert hidden(sandbox) == BASE
     (repo / "src" / "id_rsa").write_text("key\n")  # a new secret in a known directory
     settle()
-    assert sandbox.hidden_paths() == [(".env", False), ("src/id_rsa", False)]
+    assert hidden(sandbox) == [*BASE, ("src/id_rsa", False)]
     (repo / "src" / ".tachyignore").write_text("calc.py\n")  # a new ignore file
     settle()
-    assert sandbox.hidden_paths() == [
-        (".env", False),
-        ("src/calc.py", False),
-        ("src/id_rsa", False),
-    ]
+    assert hidden(sandbox) == [*BASE, ("src/calc.py", False), ("src/id_rsa", False)]
     with open(repo / "src" / ".tachyignore", "a") as handle:  # edited in place
         handle.write("__init__.py\n")
-    assert ("src/__init__.py", False) in sandbox.hidden_paths()
+    assert ("src/__init__.py", False) in hidden(sandbox)
     (repo / "src" / ".tachyignore").unlink()
     (repo / "src" / "id_rsa").unlink()
     settle()
-    assert sandbox.hidden_paths() == [(".env", False)]
+    assert hidden(sandbox) == BASE
 
 
 @pytest.mark.parametrize("bwrap", MODES)
@@ -441,18 +475,25 @@ async def test_environment_does_not_leak(repo, bwrap, monkeypatch):
     assert "NO_COLOR=1" in content
 
 
-@pytest.mark.parametrize("bwrap", MODES)
-async def test_ignore_rules_changed_by_a_command_take_effect(repo, bwrap):
-    ctx = ctx_for(repo, bwrap)
+async def test_ignore_rules_changed_without_a_sandbox_take_effect(repo):
+    ctx = ctx_for(repo, False)
     assert "README.md" in await ok(ctx, "list_dir")
     await ok(ctx, "run_terminal_cmd", command="echo '*.md' >> .gitignore")
     assert "README.md" not in await ok(ctx, "list_dir")
 
 
 @needs_bwrap
+async def test_ignore_rules_added_by_the_agent_apply_to_the_next_command(repo, ctx):
+    assert "demo" in await ok(ctx, "run_terminal_cmd", command="cat README.md")
+    await ok(ctx, "edit_file", path=".gitignore", old_string="*.log", new_string="*.log\n*.md")
+    content = await ok(ctx, "run_terminal_cmd", command="cat README.md")
+    assert "demo" not in content and "Permission denied" in content
+
+
+@needs_bwrap
 async def test_new_tachyignore_applies_to_the_next_command(repo, ctx):
     assert "demo" in await ok(ctx, "run_terminal_cmd", command="cat README.md")
-    await ok(ctx, "write_file", path=".tachyignore", content="README.md\n")
+    (repo / ".tachyignore").write_text("README.md\n")  # the user adds a rule
     content = await ok(ctx, "run_terminal_cmd", command="cat README.md")
     assert "demo" not in content and "Permission denied" in content
 

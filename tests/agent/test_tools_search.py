@@ -237,8 +237,20 @@ async def test_grep_cuts_long_lines(repo, ctx):
 
 async def test_grep_sees_a_new_tachyignore(repo, ctx):
     assert "README.md" in await ok(ctx, "grep", pattern="demo")
-    await ok(ctx, "write_file", path=".tachyignore", content="README.md\n")
+    (repo / ".tachyignore").write_text("README.md\n")  # the user adds a rule
     assert await ok(ctx, "grep", pattern="demo") == "No matches for 'demo'."
+
+
+async def test_grep_keeps_hiding_what_a_loosened_gitignore_hid(repo, ctx):
+    """The agent may edit .gitignore, but rules only tighten during a run: dropping a
+    rule (or adding a negation) does not uncover what it hid."""
+    assert "debug.log" not in await ok(ctx, "grep", pattern="log line")
+    await ok(ctx, "write_file", path=".gitignore", content="build/\n")
+    await ok(ctx, "write_file", path="sub/.gitignore", content="!debug.log\n")
+    (repo / "sub" / "debug.log").write_text("log line\n")
+    assert await ok(ctx, "grep", pattern="log line") == "No matches for 'log line'."
+    await fails(ctx, "read_file", path="debug.log")
+    await fails(ctx, "read_file", path="sub/debug.log")
 
 
 # ------------------------------------------------------------ codebase_search
