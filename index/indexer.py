@@ -51,6 +51,7 @@ from index.chunker import Chunk, chunk_file, embedding_text
 from index.errors import CodeIndexError, IndexBusyError
 from index.ignore import IgnoreRules, is_secret_name
 from index.lexical import LAYOUT_VERSION, LexicalIndex
+from index.lifeline import die_with
 from index.scan import FileState, StatDiff, content_state, load_file, merkle_root, stat_diff
 from index.search import (
     CHUNKS_PER_FILE,
@@ -775,12 +776,20 @@ class CodeIndex:
                 yield prepare_file(root, path, old, self._blob_cached)
             return
         context = multiprocessing.get_context("forkserver")  # no fork of our threads
+        # The forkserver and each worker exit when this process does, even by SIGKILL
+        # (index.lifeline). The preload takes effect when the forkserver starts.
+        context.set_forkserver_preload(["__main__", "index.forkserver_lifeline"])
         workers = min(os.cpu_count() or 1, MAX_WORKERS)
         db = str(self.dir / "index.db")
         n = len(suspects)
         done = 0
         try:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+            with ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=context,
+                initializer=die_with,
+                initargs=(os.getpid(),),
+            ) as pool:
                 results = pool.map(
                     _prepare_in_worker, [root] * n, [db] * n, suspects, olds, chunksize=16
                 )
