@@ -52,7 +52,16 @@ from index.errors import CodeIndexError, IndexBusyError
 from index.ignore import IgnoreRules, is_secret_name
 from index.lexical import LAYOUT_VERSION, LexicalIndex
 from index.lifeline import die_with
-from index.scan import FileState, StatDiff, content_state, load_file, merkle_root, stat_diff
+from index.scan import (
+    UNNAMABLE,
+    FileState,
+    StatDiff,
+    content_state,
+    is_nameable,
+    load_file,
+    merkle_root,
+    stat_diff,
+)
 from index.search import (
     CHUNKS_PER_FILE,
     SYMBOL_BOOST,
@@ -256,7 +265,14 @@ def _with_overlay(diff: StatDiff, overlay: Mapping[str, bytes]) -> StatDiff:
         {p: s for p, s in diff.unchanged.items() if p not in overlay},
         [p for p in diff.suspects if p not in overlay] + sorted(overlay),
         [p for p in diff.gone if p not in overlay],
+        diff.unnamable,
     )
+
+
+def _sql_text(text: str) -> str:
+    """`text` as SQLite (and JSON) can take it: a lone surrogate (an undecodable byte of
+    a command-line argument, a "\\ud800" escape in an LSP request) becomes "?"."""
+    return text.encode("utf-8", "replace").decode("utf-8")
 
 
 # Candidates for a symbol query (LIKE patterns over qualified symbols), and their files.
@@ -571,6 +587,8 @@ class CodeIndex:
             previous = self._file_states()
             diff = _with_overlay(stat_diff(self.root, self.rules, previous), overlay)
             stats = self._apply(diff.suspects, diff.gone, previous, progress, overlay)
+            if diff.unnamable:
+                stats.skipped[UNNAMABLE] = diff.unnamable
             stats.root_hash = merkle_root({**diff.unchanged, **self._file_states(diff.suspects)})
             with self._transaction():
                 self._set_meta("root_hash", stats.root_hash)
@@ -586,6 +604,8 @@ class CodeIndex:
         embedding pass."""
         started = time.perf_counter()
         wanted = sorted({_workspace_path(p) for p in paths})
+        unnamable = [p for p in wanted if not is_nameable(p)]
+        wanted = [p for p in wanted if is_nameable(p)]
         now = time.monotonic()
         for path in wanted:
             self._priority[path] = now
@@ -603,6 +623,8 @@ class CodeIndex:
                 elif path in previous:
                     gone.append(path)
             stats = self._apply(visible, gone, previous, None, overlay)
+            if unnamable:
+                stats.skipped[UNNAMABLE] = len(unnamable)
             # Every edit of an open file leaves its previous content in the caches.
             self._changed_since_gc += stats.changed_files + stats.removed_files
             if self._changed_since_gc >= GC_MIN_ORPHANS:
@@ -644,7 +666,7 @@ class CodeIndex:
         (never a secret), inside the root, and not in place of anything but a regular
         file (a symlink or a directory keeps the disk's verdict)."""
         target = self.root / path
-        if not (self._indexable(path) and self._inside(target)):
+        if not (is_nameable(path) and self._indexable(path) and self._inside(target)):
             return False
         try:
             return stat.S_ISREG(os.lstat(target).st_mode)
@@ -1083,10 +1105,10 @@ class CodeIndex:
         uses the dense side only where embeddings exist (lexical alone before that)."""
         if mode not in ("hybrid", "lexical", "dense"):
             raise CodeIndexError(f"unknown search mode {mode!r}; use hybrid, lexical or dense")
-        query = query[:MAX_QUERY_CHARS]
+        query = _sql_text(query[:MAX_QUERY_CHARS])
         if not query.strip():
             return []
-        globs = normalise_globs(paths)
+        globs = normalise_globs(None if paths is None else [_sql_text(p) for p in paths])
         rankings: list[list[int]] = []
         if mode != "dense":
             with self._read_lock:
@@ -1164,7 +1186,7 @@ class CodeIndex:
         then to the query's case, then by path and line. A query with a dot matches
         qualified names ("Vector.len"). An empty query lists the first definitions by
         path and line. Whitespace in the query is ignored."""
-        wanted = "".join(query.split())[:MAX_SYMBOL_QUERY_CHARS]
+        wanted = _sql_text("".join(query.split())[:MAX_SYMBOL_QUERY_CHARS])
         if limit <= 0:
             return []
         chosen = self._symbol_matches(wanted, limit) if wanted else self._first_symbols(limit)

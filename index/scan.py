@@ -60,6 +60,22 @@ class StatDiff:
     unchanged: dict[str, FileState]  # same size and mtime as last time: content trusted
     suspects: list[str]  # new, or size/mtime differ: must be read (and hashed)
     gone: list[str]  # recorded last time, no longer a visible regular file
+    unnamable: int = 0  # files left out because their names are not UTF-8
+
+
+UNNAMABLE = "name is not UTF-8"  # the skip reason of such files
+
+
+def is_nameable(rel: str) -> bool:
+    """Whether a path can be indexed under its name. Linux names are bytes; Python
+    hands those that are not UTF-8 over with lone surrogates in place of the bad
+    bytes, which SQLite, JSON and LSP URIs cannot carry, and which the model could
+    not name back: such files are left out (and counted)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def content_hash(data: bytes) -> str:
@@ -133,16 +149,20 @@ def stat_diff(
     unchanged: dict[str, FileState] = {}
     suspects: list[str] = []
     seen: set[str] = set()
+    unnamable = 0
     for count, (rel, info) in enumerate(iter_candidates(root, rules), 1):
         if progress is not None and count % 500 == 0:
             progress(count)
+        if not is_nameable(rel):
+            unnamable += 1
+            continue
         seen.add(rel)
         old = previous.get(rel)
         if old is not None and old.size == info.st_size and old.mtime_ns == info.st_mtime_ns:
             unchanged[rel] = old
         else:
             suspects.append(rel)
-    return StatDiff(unchanged, suspects, sorted(set(previous) - seen))
+    return StatDiff(unchanged, suspects, sorted(set(previous) - seen), unnamable)
 
 
 def load_file(root: Path, rel: str) -> tuple[os.stat_result, bytes] | str:

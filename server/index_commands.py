@@ -92,6 +92,12 @@ class Bar:
         sys.stderr.flush()
 
 
+def _shown(text: str) -> str:
+    """A command-line argument or a path as valid text (for JSON, SQLite, a terminal):
+    the bytes it came from, decoded with U+FFFD for those that are not UTF-8."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def _open(
     path: str, cache_dir: str | None, *, dense: bool = True, lock_timeout_s: float = 120
 ) -> CodeIndex:
@@ -142,7 +148,7 @@ def run_index(args: argparse.Namespace) -> int:
         "embed_seconds": round(embed_s, 3),
         "state": status.state,
         "embedded": status.embedded,
-        "index_dir": str(index.dir),
+        "index_dir": _shown(str(index.dir)),
     }
     if args.json:
         print(msgspec.json.encode(report).decode())
@@ -165,6 +171,10 @@ def run_index(args: argparse.Namespace) -> int:
 def run_search(args: argparse.Namespace) -> int:
     from index.indexer import CodeIndexError, IndexBusyError
 
+    # Arguments that are not UTF-8 arrive with lone surrogates (surrogateescape), which
+    # neither SQLite nor JSON can carry: their bad bytes are searched for as U+FFFD.
+    args.query = None if args.query is None else _shown(args.query)
+    args.path = None if args.path is None else [_shown(p) for p in args.path]
     if (args.query is None) == (args.queries is None):
         print("tachy: give a QUERY or --queries FILE (not both)", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from index.errors import CodeIndexError, IndexBusyError
+from index.scan import UNNAMABLE
 from server import protocol as p
 from server.config import IndexSettings
 from server.documents import path_to_uri
@@ -169,6 +170,11 @@ class FolderIndex:
                     "indexed %s: %d files, %d chunks in %.1f s",
                     self.root, stats.files, stats.chunks, stats.seconds,
                 )  # fmt: skip
+                if stats.skipped.get(UNNAMABLE):
+                    log.warning(
+                        "%s: %d files left out of the index: their %s",
+                        self.root, stats.skipped[UNNAMABLE], UNNAMABLE,
+                    )  # fmt: skip
                 if self.settings.dense:
                     index.start_background()
                 if self._on_done is not None:
