@@ -12,18 +12,22 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import msgspec
 
 from agent import events as ev
 from agent.parser import RawCall, ToolCallParser
 from agent.policy import Message, Policy, PolicyError
-from agent.render import render_result, render_results_message, render_system_prompt, stop_sequences
+from agent.render import (
+    render_result,
+    render_results_message,
+    render_system_prompt,
+    stop_sequences,
+    valid_text,
+)
 from agent.rules import load_project_rules
 from agent.tools import ALL_TOOLS, BindError, Tool, ToolContext, ToolError, bind_args
 from agent.tools.base import EVERYTHING, Access
@@ -104,6 +108,15 @@ async def run_call(
         return f"internal error in {tool.name}: {type(exc).__name__}: {message}", True
 
 
+def _join_pairs(text: str) -> str:
+    """Surrogate pairs written as two code points made one character; lone ones
+    replaced."""
+    if not any("\ud800" <= ch <= "\udfff" for ch in text):
+        return text
+    joined = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+    return valid_text(joined)
+
+
 class _Turn:
     """The calls of one assistant turn: scheduled as they are parsed, collected in order."""
 
@@ -142,14 +155,9 @@ class _Turn:
         normal = set()
         for path in paths:
             try:
-                rel = workspace.relpath(path)
+                normal.add(workspace.real_rel(workspace.relpath(path)))
             except WorkspaceError:
-                normal.add(path)
-                continue
-            real = Path(os.path.realpath(workspace.abspath(rel)))
-            if real != workspace.root and workspace.root in real.parents:
-                rel = real.relative_to(workspace.root).as_posix()
-            normal.add(rel)
+                normal.add(path)  # the call itself will report what is wrong
         return frozenset(normal)
 
     async def _run(self, call_id, name, tool, args, problem, waits) -> Outcome:
@@ -206,7 +214,7 @@ class Executor:
         self.on_event = on_event
         self.on_text = on_text
         self.events: list[ev.Event] = []
-        self.system_prompt = render_system_prompt(tools, load_project_rules(ctx.workspace.root))
+        self.system_prompt = render_system_prompt(tools, load_project_rules(ctx.workspace))
         self._cancel = asyncio.Event()
 
     def emit(self, event: ev.Event) -> None:
@@ -219,6 +227,7 @@ class Executor:
         self._cancel.set()
 
     async def run(self, prompt: str) -> RunResult:
+        prompt = valid_text(prompt)
         self.emit(
             ev.RunStart(
                 prompt=prompt,
@@ -274,10 +283,20 @@ class Executor:
 
     async def _stream(self, messages: list[Message]) -> AsyncIterator[str]:
         """The policy's chunks; a policy that fails in an unexpected way (a bug, an
-        exception its client library did not wrap) fails like any PolicyError."""
+        exception its client library did not wrap) fails like any PolicyError.
+
+        Chunks are made valid text: a surrogate pair a streaming server split between
+        two chunks is joined again, and a lone surrogate replaced (agent.render)."""
+        pending = ""
         try:
             async for chunk in self.policy.stream(messages, stop_sequences()):
-                yield chunk
+                chunk, pending = pending + chunk, ""
+                if chunk and "\ud800" <= chunk[-1] <= "\udbff":
+                    chunk, pending = chunk[:-1], chunk[-1]  # its pair may come next
+                if chunk:
+                    yield _join_pairs(chunk)
+            if pending:
+                yield valid_text(pending)
         except PolicyError:
             raise
         except Exception as exc:

@@ -1,8 +1,13 @@
 """Linters behind read_lints and edit_file: one Diagnostic shape, one stable format.
 
 A Linter turns workspace files into Diagnostics. Ruff covers Python; another linter
-is a class with `name`, `applies(path)` and `run(workspace, paths)`. The language
-server adds the diagnostics an editor forwards through `LintRunner.external`.
+is a class with `name`, `applies(path)` and `run(workspace, paths, sandbox)`. The
+language server adds the diagnostics an editor forwards through `LintRunner.external`.
+
+Linters run confined like the agent's commands (Sandbox.confine), with the commands'
+scrubbed environment: a linter reads the workspace's own configuration, which the
+model can write, so it must read nothing a command could not (a ruff.toml that
+`extend`s a secret file sees /dev/null; `${OPENAI_API_KEY}` expands to nothing).
 """
 
 from __future__ import annotations
@@ -17,7 +22,8 @@ from typing import Protocol
 
 import msgspec
 
-from agent.workspace import Workspace
+from agent.sandbox import Sandbox
+from agent.workspace import SANDBOX_MOUNT, Workspace, WorkspaceError
 
 
 @dataclass(frozen=True, order=True)
@@ -39,7 +45,7 @@ class Linter(Protocol):
 
     def applies(self, path: str) -> bool: ...
 
-    def run(self, workspace: Workspace, paths: list[str]) -> list[Diagnostic]: ...
+    def run(self, workspace: Workspace, paths: list[str], sandbox: Sandbox) -> list[Diagnostic]: ...
 
 
 def find_executable(name: str) -> str | None:
@@ -74,7 +80,7 @@ class RuffLinter:
     def applies(self, path: str) -> bool:
         return path.endswith(self.suffixes)
 
-    def run(self, workspace: Workspace, paths: list[str]) -> list[Diagnostic]:
+    def run(self, workspace: Workspace, paths: list[str], sandbox: Sandbox) -> list[Diagnostic]:
         if not paths:
             return []
         if self.binary is None:
@@ -89,11 +95,11 @@ class RuffLinter:
         ]
         try:
             done = subprocess.run(
-                [*argv, "--", *paths],
+                sandbox.confine([*argv, "--", *paths]),
                 cwd=workspace.root,
                 capture_output=True,
                 timeout=120,
-                env={**os.environ, "NO_COLOR": "1"},
+                env=sandbox.env(),
             )
         except subprocess.TimeoutExpired:
             raise LintError("ruff did not finish within 120 s") from None
@@ -102,13 +108,14 @@ class RuffLinter:
                 done.stderr.decode("utf-8", "replace")
                 .strip()
                 .replace(str(workspace.root) + "/", "")
+                .replace(SANDBOX_MOUNT + "/", "")
             )
             raise LintError(f"ruff failed: {message[:2000]}")
         found = []
         for item in msgspec.json.decode(done.stdout or b"[]", type=list[_RuffMessage]):
             try:
-                rel = Path(item.filename).resolve().relative_to(workspace.root).as_posix()
-            except ValueError:
+                rel = workspace.relpath(item.filename)
+            except WorkspaceError:
                 continue
             found.append(
                 Diagnostic(
@@ -123,9 +130,18 @@ class RuffLinter:
 
 
 class LintRunner:
-    def __init__(self, workspace: Workspace, linters: Iterable[Linter] | None = None) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        linters: Iterable[Linter] | None = None,
+        *,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         self.workspace = workspace
         self.linters = list(linters) if linters is not None else [RuffLinter()]
+        # The agent's sandbox where there is one (the same limits and mode as its
+        # commands); else a default one over the workspace.
+        self.sandbox = sandbox if sandbox is not None else Sandbox(workspace)
         # Diagnostics from elsewhere (an editor's language servers), by path.
         self.external: Callable[[str], list[Diagnostic]] | None = None
 
@@ -134,7 +150,7 @@ class LintRunner:
         found: set[Diagnostic] = set()
         for linter in self.linters:
             mine = [p for p in paths if linter.applies(p)]
-            found.update(linter.run(self.workspace, mine))
+            found.update(linter.run(self.workspace, mine, self.sandbox))
         if self.external is not None:
             for path in paths:
                 found.update(self.external(path))

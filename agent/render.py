@@ -50,8 +50,27 @@ def clean_terminal_text(data: bytes) -> str:
     return text
 
 
+# Lone surrogates: file names that are not UTF-8 (Python keeps their bytes as
+# U+DC80..U+DCFF, "surrogateescape") and halves of a pair a stream split. No encoder
+# takes them, so they would fail the transcript, the editor's JSON and the model's
+# tokenizer.
+_SURROGATE_RE = re.compile("[\ud800-\udfff]")
+
+
+def _show_surrogate(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    # An undecodable byte of a name is shown as \xNN; anything else as U+FFFD.
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "\ufffd"
+
+
+def valid_text(text: str) -> str:
+    """`text` with every lone surrogate replaced, so that it encodes as UTF-8."""
+    return _SURROGATE_RE.sub(_show_surrogate, text) if _SURROGATE_RE.search(text) else text
+
+
 def render_result(content: str, is_error: bool) -> str:
     """The text the model sees for one tool call."""
+    content = valid_text(content)
     text = content.rstrip("\n") if content.strip() else "(no output)"
     if is_error:
         text = f"Error: {text}"

@@ -2,21 +2,24 @@
 
 AGENTS.md at the root, Cursor's .cursor/rules/*.mdc and Cline's .clinerules (a file
 or a folder of Markdown files) go into the system prompt, as users of those agents
-expect.
+expect. They are read through the workspace like any file the model sees: a rule file
+that is a symlink to a secret or to a file outside the workspace, or that the ignore
+rules hide, is left out.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from agent.workspace import Workspace, WorkspaceError
 
 MAX_RULE_CHARS = 16_000
 MAX_TOTAL_CHARS = 32_000
 
 
-def _read(path: Path) -> str:
+def _read(workspace: Workspace, rel: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
+        rel = workspace.resolve(rel, kind="file")
+        text = workspace.read_disk(rel).decode("utf-8", errors="replace").strip()
+    except (OSError, WorkspaceError):
         return ""
     if len(text) > MAX_RULE_CHARS:
         text = text[:MAX_RULE_CHARS] + "\n[... rest of the file cut]"
@@ -37,14 +40,27 @@ def _split_front_matter(text: str) -> tuple[dict[str, str], str]:
     return fields, text[end + 4 :].strip()
 
 
-def load_project_rules(root: Path) -> str:
+def _listing(workspace: Workspace, directory: str, suffix: str) -> list[str]:
+    """Visible files directly in `directory` whose names end with `suffix`."""
+    try:
+        directory = workspace.resolve(directory, kind="dir")
+    except WorkspaceError:
+        return []
+    return [
+        rel
+        for rel, is_dir in workspace.walk(directory, max_depth=1)
+        if not is_dir and rel.endswith(suffix)
+    ]
+
+
+def load_project_rules(workspace: Workspace) -> str:
     """The project's rules as one Markdown text ('' when there are none)."""
     sections: list[tuple[str, str]] = []
-    agents = _read(root / "AGENTS.md")
+    agents = _read(workspace, "AGENTS.md")
     if agents:
         sections.append(("AGENTS.md", agents))
-    for mdc in sorted((root / ".cursor" / "rules").glob("*.mdc")):
-        fields, body = _split_front_matter(_read(mdc))
+    for mdc in _listing(workspace, ".cursor/rules", ".mdc"):
+        fields, body = _split_front_matter(_read(workspace, mdc))
         if not body:
             continue
         if fields.get("alwaysApply", "").lower() != "true":
@@ -55,15 +71,12 @@ def load_project_rules(root: Path) -> str:
                 scope.append(f"use when: {fields['description']}")
             if scope:
                 body = f"({'; '.join(scope)})\n\n{body}"
-        sections.append((mdc.relative_to(root).as_posix(), body))
-    cline = root / ".clinerules"
-    if cline.is_file():
-        if text := _read(cline):
-            sections.append((".clinerules", text))
-    elif cline.is_dir():
-        for rule in sorted(cline.glob("*.md")):
-            if text := _read(rule):
-                sections.append((rule.relative_to(root).as_posix(), text))
+        sections.append((mdc, body))
+    if text := _read(workspace, ".clinerules"):
+        sections.append((".clinerules", text))
+    for rule in _listing(workspace, ".clinerules", ".md"):
+        if text := _read(workspace, rule):
+            sections.append((rule, text))
     out, used = [], 0
     for name, text in sections:
         block = f"## {name}\n\n{text}"

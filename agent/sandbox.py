@@ -529,7 +529,9 @@ class Sandbox:
         args += ["--chdir", SANDBOX_MOUNT, *argv]
         return args
 
-    def _env(self) -> dict[str, str]:
+    def env(self) -> dict[str, str]:
+        """The environment of commands: a few safe variables, never tachy's own (API
+        keys)."""
         env = {k: os.environ[k] for k in SAFE_ENV if k in os.environ}
         env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
         env.update(
@@ -586,7 +588,7 @@ class Sandbox:
                 stdout=stdout,
                 stderr=asyncio.subprocess.STDOUT,
                 cwd=self.workspace.root,
-                env=self._env(),
+                env=self.env(),
                 start_new_session=True,
                 preexec_fn=preexec,
             )

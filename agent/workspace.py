@@ -290,7 +290,9 @@ class Workspace:
             self.rules.invalidate()
             self.agent_rules.invalidate()
 
-    def _read_or_none(self, rel: str) -> bytes | None:
+    def read_disk_or_none(self, rel: str) -> bytes | None:
+        """The bytes on disk, or None where there is no readable file (missing, a
+        directory, a FIFO, a link that leads out or to a hidden file)."""
         try:
             return self.read_disk(rel)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, WorkspaceError):
@@ -305,13 +307,13 @@ class Workspace:
         with self._lock:
             if rel in self.checkpoints:
                 return
-            self.checkpoints[rel] = self._read_or_none(rel)
+            self.checkpoints[rel] = self.read_disk_or_none(rel)
 
     def changed_files(self) -> list[str]:
         """Files the agent changed (and that still differ from their checkpoint)."""
         changed = []
         for rel, original in sorted(self.checkpoints.items()):
-            if self._read_or_none(rel) != original:
+            if self.read_disk_or_none(rel) != original:
                 changed.append(rel)
         return changed
 

@@ -29,7 +29,6 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Protocol
 
 from agent.tools.base import run_blocking
@@ -167,13 +166,6 @@ def _decode(data: bytes | None) -> str | None:
     return None if data is None else data.decode("utf-8", "replace")
 
 
-def _read_disk(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-
-
 class ReviewBoard:
     def __init__(
         self,
@@ -204,13 +196,13 @@ class ReviewBoard:
             ) from None
 
     async def _propose(self, ws: EditorWorkspace, rel: str, data: bytes | None) -> None:
-        path = Path(os.path.realpath(ws.abspath(rel)))
+        path = ws.abspath(ws.real_rel(rel))
         snap = self.documents.get(path)
         if snap is not None:
             ws.check_not_stale(rel, snap)
             old = snap.data
         else:
-            old = await run_blocking(_read_disk, path)
+            old = await run_blocking(ws.read_disk_or_none, rel)
         if data is None:
             kind = "delete"
         elif old is None:
@@ -288,16 +280,16 @@ class ReviewBoard:
 
     async def _apply(self, proposal: _Proposal) -> None:
         ws, rel = proposal.workspace, proposal.rel
-        path = Path(os.path.realpath(ws.abspath(rel)))
+        path = ws.abspath(ws.real_rel(rel))
         snap = self.documents.get(path)
-        current = snap.data if snap is not None else await run_blocking(_read_disk, path)
+        current = snap.data if snap is not None else await run_blocking(ws.read_disk_or_none, rel)
         if current != proposal.old:
             where = "in the editor" if snap is not None else "on disk"
             raise WorkspaceError(
                 f"{rel} changed {where} while the edit waited for review; read it again "
                 "and redo the change"
             )
-        proposal.disk_before = await run_blocking(_read_disk, path)
+        proposal.disk_before = await run_blocking(ws.read_disk_or_none, rel)
         if snap is not None and proposal.new is not None:
             proposal.buffer_before = snap.text
             edit = workspace_edit(
@@ -378,8 +370,11 @@ class ReviewBoard:
         """Put back the file (and the editor's buffer) as they were before the edit,
         provided nothing changed them since."""
         ws, rel = proposal.workspace, proposal.rel
-        path = Path(os.path.realpath(ws.abspath(rel)))
-        if await run_blocking(_read_disk, path) != proposal.new:
+        # Through the workspace: a symlink planted at `rel` since the edit (to a host
+        # file such as ~/.bashrc) is refused here, and the revert below replaces
+        # rather than follows whatever is there.
+        path = ws.abspath(ws.real_rel(rel))
+        if await run_blocking(ws.read_disk_or_none, rel) != proposal.new:
             raise WorkspaceError(
                 f"{rel} changed after the agent's edit; it was not reverted, to keep that change"
             )
@@ -444,7 +439,10 @@ class EditorWorkspace(Workspace):
             self.shown[snap.path.relative_to(self.root).as_posix()] = text_hash(snap.text)
 
     def _snapshot(self, rel: str) -> Snapshot | None:
-        return self.documents.get(Path(os.path.realpath(self.abspath(rel))))
+        try:
+            return self.documents.get(self.abspath(self.real_rel(rel)))
+        except WorkspaceError:
+            return None
 
     def read_bytes(self, rel: str) -> bytes:
         snap = self._snapshot(rel)

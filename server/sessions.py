@@ -133,7 +133,7 @@ class Sessions:
             sandbox = Sandbox(workspace, SandboxConfig(use_bubblewrap=use_bwrap))
         except RuntimeError as exc:
             raise SessionError(str(exc)) from None
-        linters = LintRunner(workspace)
+        linters = LintRunner(workspace, sandbox=sandbox)
         linters.external = self.diagnostics.lookup(workspace.root)
         folder_index = self.folder_index(session.folder)
         ctx = ToolContext(

@@ -56,10 +56,9 @@ def repo(tmp_path: Path) -> Path:
 
 def make_context(root: Path, **sandbox_options) -> ToolContext:
     workspace = Workspace(root)
+    sandbox = Sandbox(workspace, SandboxConfig(**sandbox_options))
     return ToolContext(
-        workspace=workspace,
-        sandbox=Sandbox(workspace, SandboxConfig(**sandbox_options)),
-        linters=LintRunner(workspace),
+        workspace=workspace, sandbox=sandbox, linters=LintRunner(workspace, sandbox=sandbox)
     )
 
 

@@ -159,6 +159,9 @@ class Grep(Tool):
             "--color=never", "--sort=path", "--hidden", "--no-require-git", "--no-config",
             "--no-ignore-parent", "--no-ignore-global", "--no-ignore-exclude",
             "--no-ignore-dot", "--max-columns=2000", "--glob=!.git", "--glob=!.tachy",
+            # Files the sandbox masks cannot be opened; that is no error of the search
+            # (a bad pattern is still reported).
+            "--no-messages",
         ]  # fmt: skip
         if (ctx.workspace.root / ".tachyignore").is_file():
             argv.append("--ignore-file=.tachyignore")
@@ -207,8 +210,14 @@ class Grep(Tool):
         # Matches in unsaved text replace the file's matches on disk, in path order.
         waiting = sorted(unsaved, key=lambda path: path.split("/"), reverse=True)
         try:
+            # Confined like a command, so what ripgrep opens is what a command could:
+            # a file swapped for a symlink to a secret mid-walk reads as /dev/null.
             process = subprocess.Popen(
-                argv, cwd=ws.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+                ctx.sandbox.confine(argv),
+                cwd=ws.root,
+                env=ctx.sandbox.env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
             )
         except OSError as exc:
             raise ToolError(f"could not start ripgrep: {exc.strerror}") from None
@@ -259,8 +268,8 @@ class Grep(Tool):
             watchdog.cancel()
             process.kill()
             _, stderr = process.communicate(timeout=30)
-        if process.returncode not in (0, 1, -9) and not shown:
-            message = stderr.decode("utf-8", "replace").strip()
+        message = stderr.decode("utf-8", "replace").strip()
+        if process.returncode not in (0, 1, -9) and not shown and message:
             raise ToolError(f"ripgrep rejected the search: {message[:1500]}")
         if not shown:
             return (

@@ -17,10 +17,9 @@ from tests.conftest import call_tool
 def context_with(root: Path, *, allow_secrets: bool = False, **sandbox_options) -> ToolContext:
     """make_context, with the workspace options the shared fixture does not expose."""
     workspace = Workspace(root, allow_secrets=allow_secrets)
+    sandbox = Sandbox(workspace, SandboxConfig(**sandbox_options))
     return ToolContext(
-        workspace=workspace,
-        sandbox=Sandbox(workspace, SandboxConfig(**sandbox_options)),
-        linters=LintRunner(workspace),
+        workspace=workspace, sandbox=sandbox, linters=LintRunner(workspace, sandbox=sandbox)
     )
 
 
