@@ -94,7 +94,7 @@ class HistoryCheck:
             if paths is None:
                 return None
             found = list(self._state["found"])
-            for path in paths:
+            for path in sorted(paths):
                 if len(found) >= MAX_REPORTED:
                     break
                 if path not in found and self.hides(path):

@@ -201,7 +201,7 @@ def write_file(root: Path, rel: str, data: bytes) -> str:
     followed (one along the way is an error, ELOOP) and the rename replaces whatever
     the name holds, so a symlink swapped in at the last moment is replaced, never
     written through. Missing directories are made."""
-    with walk(root, rel, follow_links=False, create_dirs=True) as found:
+    with walk(root, rel, follow_last=False, follow_links=False, create_dirs=True) as found:
         old = found.lstat()
         tmp = f".{found.name}.tachy-tmp"
         with contextlib.suppress(FileNotFoundError):
@@ -229,7 +229,7 @@ def remove_file(root: Path, rel: str) -> str:
     """Remove the file (or symlink) `rel` beneath `root` itself, never what a link
     points to; no symlink along the way is followed (ELOOP). A missing file is not an
     error. Returns `rel`."""
-    with walk(root, rel, follow_links=False) as found:
+    with walk(root, rel, follow_last=False, follow_links=False) as found:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(found.name, dir_fd=found.dir_fd)
         return found.real
