@@ -15,6 +15,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from agent import events as ev
+from agent.cliargs import path_arg
 from agent.executor import Executor
 from agent.lints import LintRunner
 from agent.policy import DEFAULT_POLICY, PolicyError, load_policy
@@ -51,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agent.add_argument("prompt", metavar="PROMPT", help="the task, in plain words")
     agent.add_argument(
-        "--workspace", default=".", metavar="DIR", help="the repository to work in (default: .)"
+        "--workspace",
+        default=".",
+        type=path_arg,
+        metavar="DIR",
+        help="the repository to work in (default: .)",
     )
     agent.add_argument(
         "--policy",
@@ -62,7 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
             "(default: $TACHY_POLICY, else local:, the small bundled model)"
         ),
     )
-    agent.add_argument("--transcript", metavar="FILE", help="write every event to FILE as JSONL")
+    agent.add_argument(
+        "--transcript", type=path_arg, metavar="FILE", help="write every event to FILE as JSONL"
+    )
     agent.add_argument(
         "--max-turns", type=int, default=50, metavar="N", help="stop after N turns (default 50)"
     )
@@ -127,7 +134,7 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
             "agent at it with --policy openai:http://HOST:PORT/v1#MODEL_NAME."
         ),
     )
-    serve.add_argument("checkpoint", metavar="CHECKPOINT_DIR")
+    serve.add_argument("checkpoint", type=path_arg, metavar="CHECKPOINT_DIR")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=8000, help="port to listen on (default 8000)")
     serve.add_argument(
@@ -138,6 +145,7 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
     )
     serve.add_argument(
         "--tokenizer",
+        type=path_arg,
         metavar="PATH",
         help="tokenizer.json or its directory (default: the one in CHECKPOINT_DIR)",
     )
@@ -159,7 +167,7 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
         help="describe a checkpoint: config, parameter counts, precision",
         description="Describe CHECKPOINT_DIR from its metadata (the weights are not loaded).",
     )
-    info.add_argument("checkpoint", metavar="CHECKPOINT_DIR")
+    info.add_argument("checkpoint", type=path_arg, metavar="CHECKPOINT_DIR")
     info.add_argument("--json", action="store_true", help="print one JSON document on stdout")
 
 

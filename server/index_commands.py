@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from agent.cliargs import path_arg
+
 # The index (numpy, tree-sitter, SQLite) loads only when these commands run, so
 # `tachy agent` and `tachy --help` start fast.
 if TYPE_CHECKING:
@@ -32,12 +34,14 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "files are read again. The index lives in PATH/.tachy/index unless --cache-dir."
         ),
     )
-    index.add_argument("path", metavar="PATH", help="the workspace to index")
+    index.add_argument("path", type=path_arg, metavar="PATH", help="the workspace to index")
     index.add_argument("--json", action="store_true", help="print statistics as JSON on stdout")
     index.add_argument(
         "--no-dense", action="store_true", help="skip embeddings (lexical search only)"
     )
-    index.add_argument("--cache-dir", metavar="DIR", help="keep the index here instead")
+    index.add_argument(
+        "--cache-dir", type=path_arg, metavar="DIR", help="keep the index here instead"
+    )
 
     search = commands.add_parser(
         "search",
@@ -49,10 +53,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     )
     search.add_argument("query", metavar="QUERY", nargs="?", help="what to look for")
     search.add_argument(
-        "--queries", metavar="FILE", help="one query per line; prints a JSON list of result lists"
+        "--queries",
+        type=path_arg,
+        metavar="FILE",
+        help="one query per line; prints a JSON list of result lists",
     )
     search.add_argument(
-        "--workspace", default=".", metavar="PATH", help="the workspace (default: .)"
+        "--workspace", default=".", type=path_arg, metavar="PATH", help="the workspace (default: .)"
     )
     search.add_argument(
         "--limit", type=int, default=10, metavar="N", help="results per query (default 10)"
@@ -68,7 +75,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "--path", action="append", metavar="GLOB", help="only under this path or glob (repeatable)"
     )
     search.add_argument(
-        "--cache-dir", metavar="DIR", help="the index's directory, if not PATH/.tachy/index"
+        "--cache-dir",
+        type=path_arg,
+        metavar="DIR",
+        help="the index's directory, if not PATH/.tachy/index",
     )
 
 
@@ -99,7 +109,7 @@ def _shown(text: str) -> str:
 
 
 def _open(
-    path: str, cache_dir: str | None, *, dense: bool = True, lock_timeout_s: float = 120
+    path: Path, cache_dir: Path | None, *, dense: bool = True, lock_timeout_s: float = 120
 ) -> CodeIndex:
     from index.indexer import CodeIndex
 

@@ -161,7 +161,7 @@ class TaskSet:
     """DIR while a build writes it: the tasks already there, build.json, the lock."""
 
     def __init__(self, out: Path, command: str) -> None:
-        self.out = out
+        out = self.out = Path(out).absolute()  # test runs use it from other directories
         out.mkdir(parents=True, exist_ok=True)
         self._lock_file = open(out / LOCK_FILE, "w")  # noqa: SIM115 (held until close())
         try:
@@ -233,27 +233,17 @@ def _task_number(task_id: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
-def _sandbox_config(timeout_s: float) -> SandboxConfig:
-    return SandboxConfig(max_timeout_s=max(600.0, timeout_s))
+def _sandbox_config(timeout_s: float, inputs: Path) -> SandboxConfig:
+    """The test runs' sandbox: the task set (`inputs`, holding the projects'
+    environments) bound read-only at its own path, so a set under /tmp works too."""
+    return SandboxConfig(
+        max_timeout_s=max(600.0, timeout_s), read_only_paths=[str(inputs.resolve())]
+    )
 
 
 def _failure_summary(report: TestReport) -> str:
     lines = [line for line in report.output.strip().splitlines() if line.strip()]
     return " | ".join(lines[-3:])[:300] or f"exit code {report.exit_code}, no output"
-
-
-def check_visible(out: Path, sources: list[Source]) -> None:
-    """Environments under /tmp are invisible inside the bubblewrap sandbox (it mounts
-    its own /tmp), so a PyPI build there could never run its tests."""
-    if not any(isinstance(s, PypiSource) for s in sources) or not shutil.which("bwrap"):
-        return
-    resolved = out.resolve()
-    for hidden in (Path("/tmp"), Path("/run")):
-        if resolved == hidden or hidden in resolved.parents:
-            raise BuildError(
-                f"{out} is under {hidden}, which the test sandbox replaces with its own; "
-                "build PyPI projects into a directory elsewhere"
-            )
 
 
 class ProjectBuilder:
@@ -307,7 +297,10 @@ class ProjectBuilder:
                 for rel, text in (files or {}).items():
                     (path / rel).write_text(text, encoding="utf-8")
                 return run_tests_in(
-                    path, command, timeout_s=timeout_s, config=_sandbox_config(timeout_s)
+                    path,
+                    command,
+                    timeout_s=timeout_s,
+                    config=_sandbox_config(timeout_s, self.set.out),
                 )
             finally:
                 for rel, text in originals.items():
@@ -560,7 +553,6 @@ def build_tasks(
     out/build.json. A project that fails is recorded with its reason; the others go on."""
     if options.max_tasks < 1 or options.workers < 1 or options.timeout_s <= 0:
         raise BuildError("max_tasks and workers must be at least 1, timeout positive")
-    check_visible(out, sources)
     started = time.monotonic()
     task_set = TaskSet(out, command)
     try:

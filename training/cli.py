@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from agent.cliargs import path_arg
 from training.pypi import DEFAULT_PROJECTS  # stdlib only: building the parser stays cheap
 
 
@@ -59,14 +60,19 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "--synthetic", type=int, metavar="N", help="N generated repositories (seeds S, S+1, ...)"
     )
     what.add_argument(
-        "--local", nargs="+", metavar="PATH", help="local project directories (pytest tests)"
+        "--local",
+        nargs="+",
+        type=path_arg,
+        metavar="PATH",
+        help="local project directories (pytest tests)",
     )
     build.add_argument(
         "--out",
         required=True,
+        type=path_arg,
         metavar="DIR",
-        help="the task set directory (for PyPI projects not under /tmp, which the test "
-        "sandbox replaces with its own)",
+        help="the task set directory (anywhere, /tmp included: the test sandbox sees it "
+        "read-only at its own path)",
     )
     build.add_argument(
         "--max-tasks", type=int, default=20, metavar="N", help="tasks per project (default 20)"
@@ -101,13 +107,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "(of those passing clean) must fail. Exit 1 when any task fails the check."
         ),
     )
-    check.add_argument("dir", metavar="DIR")
+    check.add_argument("dir", type=path_arg, metavar="DIR")
     check.add_argument("--json", action="store_true", help="print the verdicts as JSON on stdout")
     check.add_argument("--limit", type=int, metavar="N", help="check only the first N tasks")
     check.add_argument("--workers", type=int, default=2, metavar="N", help="tasks checked at once")
 
     listing = sub.add_parser("list", help="one line per task", description="List a task set.")
-    listing.add_argument("dir", metavar="DIR")
+    listing.add_argument("dir", type=path_arg, metavar="DIR")
 
     demos = sub.add_parser(
         "demos",
@@ -120,8 +126,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "tasks are listed with the reason. Exit 1 when any task is not solved."
         ),
     )
-    demos.add_argument("dir", metavar="DIR")
-    demos.add_argument("--out", required=True, metavar="FILE", help="demonstrations (JSONL)")
+    demos.add_argument("dir", type=path_arg, metavar="DIR")
+    demos.add_argument(
+        "--out", required=True, type=path_arg, metavar="FILE", help="demonstrations (JSONL)"
+    )
     demos.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
     demos.add_argument("--workers", type=int, default=2, metavar="N", help="rollouts at once")
 
@@ -168,7 +176,7 @@ def run_build(args: argparse.Namespace) -> int:
         ]
         sources = [PypiSource(spec) for spec in specs]
     elif args.local:
-        sources = [LocalSource(Path(p)) for p in args.local]
+        sources = [LocalSource(p) for p in args.local]
     else:
         sources = [SyntheticSource(args.seed + i) for i in range(args.synthetic)]
     options = BuildOptions(
@@ -185,7 +193,7 @@ def run_build(args: argparse.Namespace) -> int:
             print(f"[{time.monotonic() - started:6.0f}s] {message}", file=sys.stderr, flush=True)
 
     command = shlex.join(["tachy", *sys.argv[1:]]) if sys.argv else "tachy tasks build"
-    out = Path(args.out)
+    out = args.out
     try:
         record = build_tasks(sources, out, options, command=command, log=log)
     except BuildError as exc:
@@ -221,6 +229,7 @@ class Verdict:
 
 def check_task_runs(directory: Path, task) -> Verdict:
     """Run a task's suite on its clean repository and with its bug (a training.tasks.Task)."""
+    from agent.sandbox import SandboxConfig
     from training.tasks import task_repo_dir, task_test_command
     from training.testrun import run_tests_in
 
@@ -239,11 +248,13 @@ def check_task_runs(directory: Path, task) -> Verdict:
         verdict.ok = False
         return verdict
     command = task_test_command(directory, task)
+    # The set (its environments) read-only at its own path: visible under /tmp too.
+    config = SandboxConfig(read_only_paths=[str(directory)])
     listed = set(task.fail_to_pass) | set(task.pass_to_pass)
     with tempfile.TemporaryDirectory(prefix=f"tachy-check-{task.id}-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(repo, work)
-        clean = run_tests_in(work, command, timeout_s=task.timeout_s)
+        clean = run_tests_in(work, command, timeout_s=task.timeout_s, config=config)
         if clean.timed_out:
             problems.append(f"the clean suite did not finish in {task.timeout_s:.0f} s")
         not_passing = sorted(t for t in listed if not clean.passed(t))
@@ -251,7 +262,7 @@ def check_task_runs(directory: Path, task) -> Verdict:
             problems.append(f"clean repository: {_few(not_passing)} do not pass")
         for rel, text in task.files.items():
             (work / rel).write_text(text, encoding="utf-8")
-        buggy = run_tests_in(work, command, timeout_s=task.timeout_s)
+        buggy = run_tests_in(work, command, timeout_s=task.timeout_s, config=config)
         if buggy.timed_out:
             problems.append(f"the buggy suite did not finish in {task.timeout_s:.0f} s")
         still = sorted(t for t in task.fail_to_pass if buggy.passed(t))
@@ -280,7 +291,7 @@ def run_check(args: argparse.Namespace) -> int:
 
     from training.tasks import TaskError, load_tasks
 
-    directory = Path(args.dir).resolve()
+    directory = args.dir.resolve()
     try:
         tasks = load_tasks(directory)
     except TaskError as exc:

@@ -148,6 +148,10 @@ class Env:
 
     def _config(self, timeout_s: float | None = None) -> SandboxConfig:
         config = self.limits.sandbox_config(timeout_s, disk_enforced=self.checkout.disk_limited)
+        # The task set (the task's interpreter among its inputs) is bound read-only at
+        # its own path, so a set under /tmp (mktemp -d) is seen through the sandbox's
+        # private /tmp.
+        config.read_only_paths = [str(self.pool.taskset_dir)]
         # `python` in a command (the agent's, or the one an instruction quotes) is the
         # task's interpreter, with the project's dependencies and pytest.
         bin_dir = os.path.dirname(task_python(self.pool.taskset_dir, self.task))
@@ -369,13 +373,6 @@ class EnvPool:
         """A sandbox at `task`'s start state: a warm one when there is one (reset to
         the task), else a new one."""
         task = self.task(task)
-        if task.env:
-            python = task_python(self.taskset_dir, task)
-            if python.startswith("/tmp/") or python == "/tmp":
-                raise EnvError(
-                    f"task {task.id!r}: its interpreter {python} lies under /tmp, which "
-                    "sandboxed commands cannot see (they get a private /tmp); move the set"
-                )
         with self._lock:
             self._check_open()
             # Best: a clean sandbox already at this task; then one on the same snapshot.

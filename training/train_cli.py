@@ -26,6 +26,10 @@ import sys
 import time
 from pathlib import Path
 
+from agent.cliargs import path_arg
+
+OUT_HELP = "checkpoint and metrics go here"
+
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     train = commands.add_parser(
@@ -48,8 +52,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "vocabulary set to the tokenizer's size."
         ),
     )
-    pre.add_argument("--out", required=True, metavar="DIR", help="checkpoint and metrics go here")
-    pre.add_argument("--corpus", metavar="PATH", help="a directory of .py files (default: stdlib)")
+    pre.add_argument("--out", required=True, type=path_arg, metavar="DIR", help=OUT_HELP)
+    pre.add_argument(
+        "--corpus", type=path_arg, metavar="PATH", help="a directory of .py files (default: stdlib)"
+    )
     pre.add_argument("--max-files", type=int, metavar="N", help="use only the first N files")
     pre.add_argument("--preset", default="tiny", help="model preset (default tiny)")
     pre.add_argument("--seq-len", type=int, default=256, metavar="L", help="tokens per row (256)")
@@ -57,7 +63,9 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "--heldout", type=float, default=0.02, metavar="F", help="held-out files (0.02)"
     )
     tok = pre.add_mutually_exclusive_group()
-    tok.add_argument("--tokenizer", metavar="PATH", help="a tokenizer.json or its directory")
+    tok.add_argument(
+        "--tokenizer", type=path_arg, metavar="PATH", help="a tokenizer.json or its directory"
+    )
     tok.add_argument(
         "--vocab-size", type=int, metavar="V", help="train a BPE of V ids (default: the preset's)"
     )
@@ -73,9 +81,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "one with no assistant token within them is skipped."
         ),
     )
-    sft.add_argument("--init", metavar="CHECKPOINT_DIR", help="the model to start from")
-    sft.add_argument("--demos", required=True, metavar="FILE", help="demonstrations (JSONL)")
-    sft.add_argument("--out", required=True, metavar="DIR", help="checkpoint and metrics go here")
+    sft.add_argument(
+        "--init", type=path_arg, metavar="CHECKPOINT_DIR", help="the model to start from"
+    )
+    sft.add_argument(
+        "--demos", required=True, type=path_arg, metavar="FILE", help="demonstrations (JSONL)"
+    )
+    sft.add_argument("--out", required=True, type=path_arg, metavar="DIR", help=OUT_HELP)
     sft.add_argument(
         "--max-len",
         type=int,
@@ -97,8 +109,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "training/configs/rl-tiny.toml); relative paths in it are from its directory."
         ),
     )
-    rl.add_argument("--config", required=True, metavar="FILE", help="the run's TOML config")
-    rl.add_argument("--out", required=True, metavar="DIR", help="checkpoint and metrics go here")
+    rl.add_argument(
+        "--config", required=True, type=path_arg, metavar="FILE", help="the run's TOML config"
+    )
+    rl.add_argument("--out", required=True, type=path_arg, metavar="DIR", help=OUT_HELP)
     rl.add_argument("--steps", type=int, metavar="N", help="RL steps (default: the config's)")
     rl.add_argument("--seed", type=int, metavar="S", help="override the config's seed")
     rl.add_argument("--resume", action="store_true", help="continue the run saved in --out")
@@ -111,8 +125,8 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "without it, write them as CSV (default DIR/metrics.csv) and print a text summary."
         ),
     )
-    plot.add_argument("dir", metavar="DIR")
-    plot.add_argument("--out", metavar="FILE", help="the PNG or CSV to write")
+    plot.add_argument("dir", type=path_arg, metavar="DIR")
+    plot.add_argument("--out", type=path_arg, metavar="FILE", help="the PNG or CSV to write")
 
 
 def _common_options(p: argparse.ArgumentParser, *, steps: int, batch: int, lr: float) -> None:
@@ -500,7 +514,7 @@ def run_plot(args: argparse.Namespace) -> int:
         from matplotlib import pyplot as plt
     except ImportError:
         plt = None
-    if plt is not None and not (args.out or "").endswith(".csv"):
+    if plt is not None and not (args.out and args.out.suffix == ".csv"):
         out = Path(args.out or directory / "metrics.png")
         fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.2 * len(series)), sharex=True)
         for ax, (name, points) in zip(

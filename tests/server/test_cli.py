@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.cliargs import path_arg
 from agent.events import Final, ToolCall, ToolResult, decode_event, read_transcript
 from agent.parser import format_call
+from server.cli import build_parser
 from tests.conftest import make_repo
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -387,3 +390,30 @@ def test_codebase_search_uses_the_workspace_index(tmp_path, workspace):
     result = next(e for e in read_transcript(transcript) if isinstance(e, ToolResult))
     assert not result.is_error, result.content
     assert result.content.startswith("src/settings.py:1-3 load_settings_file\n")
+
+
+def _path_actions(parser: argparse.ArgumentParser):
+    """(command, action) for every option and argument naming a file or directory."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _path_actions(sub)
+        elif action.metavar in ("DIR", "FILE", "PATH", "CHECKPOINT_DIR"):
+            yield parser.prog, action
+
+
+def test_every_path_argument_is_made_absolute_where_it_is_parsed(tmp_path, monkeypatch):
+    """One helper at the edge: a relative path means the same wherever the work runs
+    (a relative --out once named no interpreter for the PyPI test runs)."""
+    parser = build_parser()
+    found = list(_path_actions(parser))
+    assert len(found) >= 20
+    assert [f"{prog} {a.dest}" for prog, a in found if a.type is not path_arg] == []
+    monkeypatch.chdir(tmp_path)
+    args = parser.parse_args(["tasks", "build", "--local", "a", "../b", "--out", "runs/tasks"])
+    assert args.out == tmp_path / "runs" / "tasks"
+    assert args.local == [tmp_path / "a", tmp_path.parent / "b"]
+    args = parser.parse_args(["agent", "hi"])
+    assert args.workspace == tmp_path and args.transcript is None
+    args = parser.parse_args(["train", "plot", "runs/rl", "--out", "~/m.csv"])
+    assert args.dir == tmp_path / "runs" / "rl" and args.out == Path.home() / "m.csv"

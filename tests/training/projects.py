@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 CALC = '''\
@@ -81,3 +84,17 @@ def write_project(root: Path, *, tests: str | None = TESTS, src: bool = False) -
         (root / "tests").mkdir()
         (root / "tests" / "test_calc.py").write_text(tests)
     return root
+
+
+def make_env(env_dir: Path) -> Path:
+    """A virtual environment at `env_dir` (as a PyPI build makes in DIR/envs/NAME) whose
+    site sees this interpreter's packages (pytest) without installing anything; its
+    python path."""
+    subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(env_dir)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    (site,) = env_dir.glob("lib/python*/site-packages")
+    purelib = sysconfig.get_paths()["purelib"]
+    (site / "tachy-tests.pth").write_text(f"import site; site.addsitedir({purelib!r})\n")
+    return env_dir / "bin" / "python"

@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
+import tempfile
 from pathlib import Path
 
 import msgspec
 import pytest
 
-from tests.training.projects import TESTS, write_project
+from tests.training.projects import TESTS, make_env, write_project
 from training.build import (
     BuildError,
     BuildOptions,
     LocalSource,
-    PypiSource,
     TaskSet,
     build_tasks,
-    check_visible,
     limit_pass_to_pass,
 )
 from training.cli import check_task_runs
@@ -164,11 +164,33 @@ def test_a_corrupt_task_file_stops_the_build(tmp_path):
         TaskSet(tmp_path, "x")
 
 
-@pytest.mark.skipif(shutil.which("bwrap") is None, reason="only the bubblewrap sandbox hides /tmp")
-def test_pypi_builds_under_tmp_are_refused():
-    with pytest.raises(BuildError, match="sandbox replaces"):
-        check_visible(Path("/tmp/tasks"), [PypiSource("toolz")])
-    check_visible(Path("/tmp/tasks"), [LocalSource(Path("."))])
+@dataclasses.dataclass(frozen=True)
+class OwnEnvSource(LocalSource):
+    """A local project run in its own environment inside the set, as PyPI projects are."""
+
+    def prepare(self, out, log):
+        project = super().prepare(out, log)
+        make_env(out / "envs" / project.name)
+        return dataclasses.replace(project, env=f"envs/{project.name}")
+
+
+def test_a_project_with_its_own_environment_builds_under_tmp(tmp_path):
+    """The set in mktemp -d, its environment in DIR/envs/ (hidden by the sandbox's
+    private /tmp unless bound in): the suite runs, tasks are validated and check."""
+    project = write_project(tmp_path / "calc-project")
+    out = Path(tempfile.mkdtemp(prefix="tachy-set-", dir="/tmp"))
+    try:
+        sources = [OwnEnvSource(project)]
+        options = BuildOptions(max_tasks=1, workers=2, timeout_s=60.0)
+        record = build_tasks(sources, out, options, command="test")
+        figures = record.projects["calc-project"]
+        assert figures.skipped == "" and figures.suite_passing == 7 and figures.tasks == 1
+        (task,) = load_tasks(out)
+        assert task.env == "envs/calc-project"
+        verdict = check_task_runs(out, task)
+        assert verdict.ok, verdict.problems
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
 
 
 def test_pass_to_pass_is_capped_deterministically():

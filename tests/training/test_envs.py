@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 
 from agent.cgroup import ProcessCgroup
 from tests.conftest import call_tool
+from tests.training.projects import make_env
 from training import snapshot
 from training.envs import EnvError, EnvLimits, EnvPool, sweep_stale
 from training.tasks import Task, TaskMeta, append_tasks
@@ -263,6 +265,35 @@ async def test_edit_reset_and_tests(taskset: Path, workdir: Path, strategy: str)
         assert (taskset / "repos/calc/calc/ops.py").read_text() == CLEAN_OPS
         pool.release(env)
     assert_nothing_left(workdir)
+
+
+async def test_a_set_under_tmp_runs_in_its_own_environment(workdir: Path) -> None:
+    """A set made in mktemp -d whose task has its own interpreter (a PyPI build's
+    DIR/envs/NAME): the sandbox's private /tmp would hide it; the set is bound in."""
+    root = Path(tempfile.mkdtemp(prefix="tachy-set-", dir="/tmp"))
+    try:
+        make_taskset(root)
+        make_env(root / "envs" / "calc")
+        append_tasks(root, [task("calc-env", env="envs/calc")])
+        with EnvPool(root, size=1, workdir=workdir) as pool:
+            env = pool.acquire("calc-env")
+            report = await env.run_tests()
+            assert report.outcomes == {
+                "tests/test_ops.py::test_add": "failed",
+                "tests/test_ops.py::test_sub": "passed",
+            }, report.output
+            # The agent's `python` is the task's interpreter too, and the set stays read-only.
+            _, content = await call_tool(
+                env.ctx,
+                "run_terminal_cmd",
+                command=f"python -c 'import sys; print(sys.prefix)'; touch {root}/x",
+            )
+            assert str(root / "envs" / "calc") in content, content
+            assert "Read-only file system" in content and not (root / "x").exists()
+            pool.release(env)
+        assert_nothing_left(workdir)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 async def scenario(taskset: Path, workdir: Path, strategy: str) -> dict:

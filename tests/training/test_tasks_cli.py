@@ -13,7 +13,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tests.training.projects import write_project
+from tests.training.projects import make_env, write_project
 from training.tasks import TASKS_FILE, encode_task, load_tasks
 
 TACHY = [sys.executable, "-m", "server.cli"]
@@ -90,6 +90,28 @@ def test_demos_report_a_task_the_expert_cannot_solve(task_set, tmp_path):
     assert len((tmp_path / "d.jsonl").read_text().splitlines()) == 1
 
 
+def test_a_set_under_tmp_with_its_own_environment_checks_and_runs(task_set):
+    """A set in mktemp -d whose tasks run in DIR/envs/NAME (as a PyPI build's do): the
+    test sandbox's private /tmp hid it; `check` and the environments' test runs
+    (`demos`) now see it, read-only at its own path."""
+    out = Path(tempfile.mkdtemp(prefix="tachy-set-", dir="/tmp"))
+    try:
+        shutil.copytree(task_set, out, dirs_exist_ok=True)
+        make_env(out / "envs" / "calc")
+        tasks = load_tasks(out)
+        for task in tasks:
+            task.env = "envs/calc"
+        (out / TASKS_FILE).write_bytes(b"".join(encode_task(t) + b"\n" for t in tasks))
+        run = tachy("tasks", "check", str(out), "--json")
+        assert run.returncode == 0, run.stderr
+        assert json.loads(run.stdout)["summary"] == {"checked": 2, "valid": 2}
+        run = tachy("tasks", "demos", str(out), "--out", str(out / "demos.jsonl"))
+        assert run.returncode == 0, run.stderr
+        assert "2/2 tasks solved by the expert" in run.stderr
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def test_list_and_limit(task_set):
     run = tachy("tasks", "list", str(task_set))
     assert run.returncode == 0
@@ -156,8 +178,8 @@ def test_pypi_build_end_to_end():
     spec = "inflection==0.5.1"
     if os.environ.get("TACHY_OFFLINE") or not _registry_reachable(spec):
         pytest.skip("PyPI is not reachable")
-    # Not under /tmp: the sandbox gives its commands their own /tmp.
-    out = Path(tempfile.mkdtemp(prefix="tachy-pypi-", dir="/var/tmp"))
+    # Under /tmp (mktemp -d), which the sandbox replaces with its own: the set is bound in.
+    out = Path(tempfile.mkdtemp(prefix="tachy-pypi-", dir="/tmp"))
     try:
         run = tachy("tasks", "build", "--pypi", spec, "--max-tasks", "2", "--out", str(out))
         assert run.returncode == 0, run.stderr
@@ -178,12 +200,9 @@ def test_pypi_build_end_to_end():
 
 
 def test_unknown_pypi_project_is_skipped(tmp_path):
-    out = Path(tempfile.mkdtemp(prefix="tachy-pypi-", dir="/var/tmp"))
-    try:
-        run = tachy("tasks", "build", "--pypi", "==1.0", "--out", str(out), "--max-tasks", "1")
-        assert run.returncode == 1
-        assert "is not a project name" in run.stderr
-        record = msgspec.json.decode((out / "build.json").read_bytes())
-        assert record["projects"]["pypi:==1.0"]["skipped"]
-    finally:
-        shutil.rmtree(out, ignore_errors=True)
+    out = tmp_path / "set"
+    run = tachy("tasks", "build", "--pypi", "==1.0", "--out", str(out), "--max-tasks", "1")
+    assert run.returncode == 1
+    assert "is not a project name" in run.stderr
+    record = msgspec.json.decode((out / "build.json").read_bytes())
+    assert record["projects"]["pypi:==1.0"]["skipped"]
