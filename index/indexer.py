@@ -22,6 +22,10 @@ An editor's unsaved text wins over the disk: `set_overlay` records a document's
 buffer, and updates index those bytes in place of the file's (the same skip rules and
 caches), under a state no stat can match, so the disk version comes back by itself
 once the buffer is dropped.
+
+Ignore rules bind the caches too: a search never returns a file the rules (or the
+secret names) hide now, even one indexed before it was ignored, and the next update
+purges such a file's text and vectors, not only its chunks.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ import numpy as np
 
 from index.chunker import Chunk, chunk_file, embedding_text
 from index.errors import CodeIndexError, IndexBusyError
-from index.ignore import IgnoreRules, is_secret_name
+from index.ignore import IGNORE_FILES, IgnoreRules, is_secret_name
 from index.lexical import LAYOUT_VERSION, LexicalIndex
 from index.lifeline import die_with
 from index.scan import (
@@ -381,6 +385,60 @@ def _definition(path: str, symbol: str, rows: list[tuple]) -> SymbolHit | None:
     return SymbolHit(path, name, container, kind, start, end)
 
 
+def _batches(items: Sequence[Any], size: int = 500) -> Iterator[list[Any]]:
+    """`items` in lists of at most `size`: SQLite limits the parameters of a statement."""
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+def _ignore_files_state(root: Path, directory: str) -> tuple:
+    """What stat() says of one directory's ignore files: any edit, replacement, creation
+    or deletion of one changes it."""
+    states = []
+    for name in IGNORE_FILES:
+        try:
+            info = os.stat(root / directory / name)
+        except OSError:
+            states.append(None)
+            continue
+        states.append((info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns))
+    return tuple(states)
+
+
+class _VisibleNow:
+    """Which indexed paths the ignore rules let through *now*, for searches: a file
+    indexed before the user ignored it (or before its name counted as a secret) is
+    never returned, even before the next update purges it. The rules are cached, and
+    each call stat()s the ignore files of the directories it asks about: any change
+    since they were read, and the rules are read again. Searches run on many threads,
+    hence the lock (IgnoreRules is not thread-safe)."""
+
+    def __init__(self, root: Path) -> None:
+        self.rules = IgnoreRules(root)
+        self._seen: dict[str, tuple] = {}  # directory -> _ignore_files_state when read
+        self._lock = threading.Lock()
+
+    def filter(self, paths: Iterable[str]) -> set[str]:
+        paths = set(paths)
+        directories = set()
+        for path in paths:
+            parts = path.split("/")[:-1]
+            directories.update("/".join(parts[:depth]) for depth in range(len(parts) + 1))
+        with self._lock:
+            changed = False
+            for directory in directories:
+                state = _ignore_files_state(self.rules.root, directory)
+                changed = changed or self._seen.get(directory, state) != state
+                self._seen[directory] = state
+            if changed:
+                self.rules.invalidate()
+            return {
+                path
+                for path in paths
+                if not self.rules.is_ignored(path) and not is_secret_name(path.rsplit("/", 1)[-1])
+            }
+
+
 class CodeIndex:
     def __init__(
         self,
@@ -401,7 +459,8 @@ class CodeIndex:
             raise CodeIndexError(
                 f"cannot create the index directory {self.dir}: {exc.strerror}"
             ) from None
-        self.rules = IgnoreRules(self.root)
+        self.rules = IgnoreRules(self.root)  # the writer's: read afresh by every update()
+        self._visible = _VisibleNow(self.root)  # the searches'
         self.dense = dense and embedder is not None
         self._embedder_spec = embedder
         self._embedder: Any = None
@@ -587,6 +646,7 @@ class CodeIndex:
             previous = self._file_states()
             diff = _with_overlay(stat_diff(self.root, self.rules, previous), overlay)
             stats = self._apply(diff.suspects, diff.gone, previous, progress, overlay)
+            self._forget_hidden(diff.gone, previous)
             if diff.unnamable:
                 stats.skipped[UNNAMABLE] = diff.unnamable
             stats.root_hash = merkle_root({**diff.unchanged, **self._file_states(diff.suspects)})
@@ -610,6 +670,8 @@ class CodeIndex:
         for path in wanted:
             self._priority[path] = now
         with self._writer():
+            if any(path.rsplit("/", 1)[-1] in IGNORE_FILES for path in wanted):
+                self.rules.invalidate()  # an ignore file changed: judge by what it says now
             overlay = self._live_overlay(wanted)
             previous = self._file_states(wanted)
             visible = []
@@ -623,6 +685,7 @@ class CodeIndex:
                 elif path in previous:
                     gone.append(path)
             stats = self._apply(visible, gone, previous, None, overlay)
+            self._forget_hidden(gone, previous)
             if unnamable:
                 stats.skipped[UNNAMABLE] = len(unnamable)
             # Every edit of an open file leaves its previous content in the caches.
@@ -674,6 +737,45 @@ class CodeIndex:
             return True  # a new file, not saved yet
         except OSError:
             return False
+
+    def _forget_hidden(self, gone: Sequence[str], previous: Mapping[str, FileState]) -> None:
+        """Purge what the caches hold of files that left the index because they are
+        hidden now (ignored, or named like a secret), not merely deleted: their chunks'
+        text and vectors, unless another visible file has the same content. (The cache
+        keeps a deleted file's chunks for a later restore; an ignored file's text must
+        not stay under .tachy/.) Their chunks and lexical rows are gone already."""
+        hashes = {
+            previous[path].hash
+            for path in gone
+            if path in previous
+            and not previous[path].hash.startswith(SKIPPED)
+            and not self._indexable(path)
+        }
+        if not hashes:
+            return
+        with self._transaction() as conn:
+            for part in _batches(sorted(hashes)):
+                marks = ",".join("?" * len(part))
+                shared = {
+                    r[0]
+                    for r in conn.execute(f"SELECT hash FROM files WHERE hash IN ({marks})", part)
+                }
+                hashes -= shared  # a visible file has this content too
+            for part in _batches(sorted(hashes)):
+                marks = ",".join("?" * len(part))
+                keys = [
+                    r[0]
+                    for r in conn.execute(
+                        f"SELECT embed_key FROM blobs WHERE hash IN ({marks})", part
+                    )
+                ]
+                conn.execute(f"DELETE FROM blobs WHERE hash IN ({marks})", part)
+                for keys_part in _batches(keys):
+                    conn.execute(
+                        f"DELETE FROM embeddings WHERE key IN ({','.join('?' * len(keys_part))}) "
+                        "AND key NOT IN (SELECT embed_key FROM blobs)",
+                        keys_part,
+                    )
 
     def _collect_garbage(self) -> None:
         """Bound the caches: chunks and embeddings of contents no file has any more are
@@ -1123,6 +1225,8 @@ class CodeIndex:
                 rankings.append(dense)
         scores = rrf(rankings)
         rows = self._rows(list(scores))
+        visible = self._visible.filter(row[0] for row in rows.values())
+        rows = {cid: row for cid, row in rows.items() if row[0] in visible}
         identifiers = query_identifiers(query)
         for chunk_id, row in rows.items():
             if symbol_named(row[4], identifiers):
@@ -1250,7 +1354,10 @@ class CodeIndex:
         return sorted(first, key=lambda key: (key[0], first[key], key[1]))[:limit]
 
     def _symbol_hits(self, chosen: list[tuple[str, str]]) -> list[SymbolHit]:
-        """The hits for (path, symbol) pairs (one gone since it was chosen is left out)."""
+        """The hits for (path, symbol) pairs (one gone since it was chosen, or hidden by
+        the ignore rules since it was indexed, is left out)."""
+        visible = self._visible.filter(path for path, _ in chosen)
+        chosen = [(path, symbol) for path, symbol in chosen if path in visible]
         hits = []
         with self._read_lock:
             for path, symbol in chosen:

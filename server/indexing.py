@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from index.errors import CodeIndexError, IndexBusyError
+from index.ignore import IGNORE_FILES
 from index.scan import UNNAMABLE
 from server import protocol as p
 from server.config import IndexSettings
@@ -68,9 +69,13 @@ class FolderIndex:
 
     # ------------------------------------------------- called from the event loop
     def changed(self, rel: str, text: bytes | None) -> None:
-        """`rel` changed: `text` is its unsaved content, None to read it from disk."""
+        """`rel` changed: `text` is its unsaved content, None to read it from disk. A
+        saved ignore file may hide or show any file below it: the whole folder is
+        looked at again (which also purges what it now hides)."""
         with self._cond:
             self._changes[rel] = text
+            if text is None and rel.rsplit("/", 1)[-1] in IGNORE_FILES:
+                self._full_scan = True
             self._cond.notify()
 
     def rescan(self) -> None:
