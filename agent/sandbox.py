@@ -284,6 +284,9 @@ class HiddenScanner:
             ),
         )
         self.history_hidden: list[str] | None = []
+        # Repositories seen so far (their .git), and what was done to new ones.
+        self._repositories: set[str] = set()
+        self.notices: list[str] = []
 
     def scan(self) -> list[Mount]:
         if self._ignore_files_changed():
@@ -383,11 +386,42 @@ class HiddenScanner:
             self._dirs[directory] = result
         return result
 
+    def _disarm(self, rel: str, is_dir: bool) -> None:
+        """A repository a command created during the run: editors find it and run git
+        in it on their own, so nothing it holds may make git run a command (a
+        core.fsmonitor, an alias for an editor, hooks). Its config is replaced by a
+        plain one and its hooks set aside, both kept for the user to look at; a `.git`
+        file, which could point git at any directory, is set aside whole."""
+        path = self.workspace.abspath(rel)
+        try:
+            if not is_dir:
+                os.rename(path, f"{path}.tachy-disabled")
+                kept = f"{rel}.tachy-disabled"
+            else:
+                for name in ("config", "hooks"):
+                    if os.path.lexists(path / name):
+                        os.rename(path / name, path / f"{name}.tachy-disabled")
+                (path / "config").write_text(_SAFE_GIT_CONFIG)
+                os.mkdir(path / "hooks")
+                kept = f"{rel}/config.tachy-disabled"
+        except OSError as exc:
+            self.notices.append(f"[tachy: could not make the new repository {rel} safe: {exc}]")
+            return
+        self.notices.append(
+            f"[tachy: a command created the repository {rel}; its config and hooks were set "
+            f"aside ({kept}) and replaced by plain ones, since git run by the editor on "
+            "its own would execute what they name]"
+        )
+
     def _metadata(self, rel: str, name: str, is_dir: bool) -> list[Mount]:
         """.tachy/ is hidden; a repository's config and hooks are read-only; a `.git`
         file (a worktree's or submodule's pointer to its repository) too."""
         if name == ".tachy":
             return [Mount(rel, True, "hide")] if is_dir else []
+        if name == ".git" and rel not in self._repositories:
+            if self._scanned:
+                self._disarm(rel, is_dir)
+            self._repositories.add(rel)
         if not is_dir:
             return [Mount(rel, False, "protect")] if name == ".git" else []
         if name == ".git":
@@ -401,6 +435,9 @@ class HiddenScanner:
             if os.path.lexists(target) and not os.path.islink(target):
                 mounts.append(Mount(f"{rel}/{child}", target.is_dir(), "protect"))
         return mounts
+
+
+_SAFE_GIT_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:
@@ -480,20 +517,27 @@ class Sandbox:
         return "bubblewrap" if self.bwrap else "subprocess"
 
     # ------------------------------------------------------------ building
+    def take_notices(self) -> list[str]:
+        """What the sandbox did on its own that the model should know (said once)."""
+        notices, self._hidden.notices = self._hidden.notices, []
+        return notices
+
     def hidden_paths(self) -> list[Mount]:
         """What a command must not see or change (see HiddenScanner)."""
         with self._scan_lock:  # commands are built on threads; the cache is shared
             return self._hidden.scan()
 
-    def _argv(self, command: str) -> list[str]:
+    def _argv(self, command: str, writable: tuple[str, ...] = ()) -> list[str]:
         if not self.bwrap:
             return ["/bin/sh", "-c", command]
-        return self.confine(["/bin/sh", "-c", command])
+        return self.confine(["/bin/sh", "-c", command], writable)
 
-    def confine(self, argv: list[str]) -> list[str]:
+    def confine(self, argv: list[str], writable: tuple[str, ...] = ()) -> list[str]:
         """`argv` wrapped to run in this sandbox (unchanged without bubblewrap): what
         tachy itself runs over the workspace's files (ruff, ripgrep) sees exactly what
-        a command sees, so no tool is a side door around the rules."""
+        a command sees, so no tool is a side door around the rules. `writable`: host
+        directories bound read-write at their own place for this one command (where
+        tachy collects a test run's results)."""
         if not self.bwrap:
             return list(argv)
         root = str(self.workspace.root)
@@ -509,6 +553,7 @@ class Sandbox:
             *[arg for p in self.config.read_only_paths for arg in ("--ro-bind", p, p)],
             "--bind", root, root,
             "--bind", root, SANDBOX_MOUNT,
+            *[arg for p in writable for arg in ("--bind", p, p)],
             "--unshare-all",
             # Root would keep every capability inside (and could unmount what hides
             # secrets, or remount the host read-write); bubblewrap also sets
@@ -549,7 +594,7 @@ class Sandbox:
         return env
 
     async def _spawn(
-        self, command: str, stdout
+        self, command: str, stdout, writable: tuple[str, ...] = ()
     ) -> tuple[asyncio.subprocess.Process, ProcessCgroup | None]:
         config = self.config
         nproc = _within_hard_limit(resource.RLIMIT_NPROC, nproc_limit(config.max_processes))
@@ -560,7 +605,7 @@ class Sandbox:
 
         # Building argv scans the workspace for hidden paths (cached, but still a walk
         # of its directories): on a thread, so a language server's loop never waits.
-        argv = await asyncio.to_thread(self._argv, command)
+        argv = await asyncio.to_thread(self._argv, command, writable)
         preexec = None
         if _PRLIMIT:
             # Limits are applied by a tiny shell and prlimit that then exec the command,
@@ -607,11 +652,11 @@ class Sandbox:
 
     # ------------------------------------------------------------- running
     async def _start(
-        self, command: str, stdout
+        self, command: str, stdout, writable: tuple[str, ...] = ()
     ) -> tuple[asyncio.subprocess.Process, ProcessCgroup | None]:
         """_spawn, safe against cancellation: a command that was already started when
         the caller is cancelled is stopped again rather than left running."""
-        spawning = asyncio.ensure_future(self._spawn(command, stdout))
+        spawning = asyncio.ensure_future(self._spawn(command, stdout, writable))
         try:
             return await asyncio.shield(spawning)
         except asyncio.CancelledError:
@@ -630,7 +675,9 @@ class Sandbox:
         if cgroup is not None:
             await asyncio.shield(asyncio.to_thread(cgroup.remove, _CGROUP_REMOVE_WAIT_S))
 
-    async def run(self, command: str, timeout_s: float | None = None) -> CommandResult:
+    async def run(
+        self, command: str, timeout_s: float | None = None, *, writable: tuple[str, ...] = ()
+    ) -> CommandResult:
         """Run a command to completion (or its time limit) and capture its output.
 
         The command ends when its shell exits; processes it left running are killed
@@ -645,7 +692,7 @@ class Sandbox:
         # overflow) or while a leftover process holds the write end.
         read_fd, write_fd = os.pipe()
         try:
-            process, cgroup = await self._start(command, write_fd)
+            process, cgroup = await self._start(command, write_fd, writable)
         except BaseException:
             os.close(read_fd)
             raise
@@ -692,6 +739,10 @@ class Sandbox:
             await asyncio.gather(watcher, return_exceptions=True)
             await self._stop(process, cgroup)
             self.workspace.rules.invalidate()  # the command may have changed ignore files
+            if self.bwrap:
+                # Look at what the command left (a new repository) before anyone else
+                # (an editor's git) acts on it.
+                await asyncio.shield(asyncio.to_thread(self.hidden_paths))
             result.head, result.tail = bytes(capture.head), bytes(capture.tail)
             result.total_bytes = capture.total
             result.duration_s = time.monotonic() - started

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import shutil
+import tempfile
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +26,6 @@ from agent.sandbox import Sandbox, SandboxConfig
 from agent.workspace import Workspace
 
 PLUGIN_DIR = Path(__file__).resolve().parent / "pytest_plugin"
-RESULTS_DIR = ".tachy/test-results"  # in the workspace; .tachy/ is hidden from the tools
 OUTPUT_KEEP = 16 * 1024  # characters of the run's output kept in a report
 
 # Outcomes that count as a test passing (xfailed: it failed as its author expects).
@@ -91,14 +92,20 @@ def read_results(path: Path) -> dict[str, str]:
 
 async def run_tests(sandbox: Sandbox, command: str, *, timeout_s: float) -> TestReport:
     """Run a pytest command in the sandbox's workspace; every test's outcome."""
-    root = sandbox.workspace.root
-    results = root / RESULTS_DIR / f"{uuid.uuid4().hex}.jsonl"
-    results.parent.mkdir(parents=True, exist_ok=True)
+    # The outcomes go to a directory of the host's, bound into the sandbox for this
+    # command alone: not in the workspace, whose .tachy/ commands cannot write and
+    # where the agent's own commands could have planted a forged file.
+    results_dir = Path(tempfile.mkdtemp(prefix="tachy-test-results-"))
+    results = results_dir / f"{uuid.uuid4().hex}.jsonl"
     try:
-        run = await sandbox.run(wrap_command(command, str(results)), timeout_s=timeout_s)
+        run = await sandbox.run(
+            wrap_command(command, str(results)),
+            timeout_s=timeout_s,
+            writable=(str(results_dir),),
+        )
         outcomes = read_results(results)
     finally:
-        results.unlink(missing_ok=True)
+        shutil.rmtree(results_dir, ignore_errors=True)
     head = run.head.decode("utf-8", "replace")
     tail = run.tail.decode("utf-8", "replace")
     if run.omitted_bytes > 0:

@@ -118,4 +118,5 @@ class RunTerminalCmd(Tool):
             status = f"The command was killed by signal {name} (out of memory or process limits?)."
         else:
             status = f"Exit code: {result.exit_code}"
-        return f"{notice}{status}\n{output}"
+        said = "".join(f"\n{line}" for line in sandbox.take_notices())
+        return f"{notice}{status}\n{output}{said}"

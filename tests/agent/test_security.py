@@ -359,3 +359,24 @@ def test_users_extend_the_secret_names():
         cwd=Path(__file__).parents[2],
     )
     assert done.stdout.split() == ["True", "False"], done.stderr
+
+
+@needs_bwrap
+async def test_a_repository_a_command_creates_cannot_make_the_host_run_anything(repo, tmp_path):
+    flag = tmp_path / "ran-on-the-host"
+    ctx = make_context(repo)
+    content = await ok(
+        ctx,
+        "run_terminal_cmd",
+        command=f"git init -q sub && git -C sub config core.fsmonitor 'touch {flag}' && "
+        "printf '#!/bin/sh\\ntouch pwned\\n' > sub/.git/hooks/pre-commit && "
+        "chmod +x sub/.git/hooks/pre-commit && echo made",
+    )
+    assert "made" in content and "sub/.git" in content and "set aside" in content
+    # What an editor does on its own: git status in the repository it found.
+    subprocess.run(["git", "-C", str(repo / "sub"), "status"], capture_output=True, check=True)
+    assert not flag.exists()
+    assert "fsmonitor" in (repo / "sub" / ".git" / "config.tachy-disabled").read_text()
+    assert list((repo / "sub" / ".git" / "hooks").iterdir()) == []
+    # The agent's git keeps working in it.
+    assert "On branch" in await ok(ctx, "run_terminal_cmd", command="git -C sub status")
