@@ -16,6 +16,7 @@ import asyncio
 import itertools
 import json
 import logging
+import os
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -175,6 +176,8 @@ class TachyServer(LanguageServer):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tokens = itertools.count(1)
         self._initial_folders: list[str] = []
+        # The client named no folder: the first file opened gives one (its directory).
+        self._folder_from_document = False
         self._background: set[asyncio.Task] = set()
         # Set once `initialized` has pulled the configuration and added the folders:
         # requests that need either wait for it (an editor sends them right away).
@@ -414,6 +417,7 @@ class TachyServer(LanguageServer):
         elif not uris and params.root_path:
             uris = [path_to_uri(params.root_path)]
         self._initial_folders = uris
+        self._folder_from_document = not uris
 
     async def on_initialized(self, params: types.InitializedParams) -> None:
         try:
@@ -516,7 +520,29 @@ class TachyServer(LanguageServer):
             folder.changed(rel, text)
 
     def on_document_opened(self, params: types.DidOpenTextDocumentParams) -> None:
+        if self._folder_from_document:
+            self._add_document_folder(params.text_document.uri)
         self._sync(params.text_document.uri)
+
+    def _add_document_folder(self, uri: str) -> None:
+        """No rootUri and no workspaceFolders (a file opened outside any project): the
+        directory of the first file opened is the workspace folder, LSP's single-file
+        convention. Never the home directory or /, which would index everything."""
+        path = uri_to_path(uri)
+        if path is None:
+            return  # untitled: and the like; the next file decides
+        self._folder_from_document = False
+        directory = path.parent
+        if directory in (Path(os.path.expanduser("~")).resolve(), Path("/")):
+            self.show(
+                f"tachy: {path.name} is not in a workspace folder and tachy does not index "
+                f"{directory}; open a folder to search it"
+            )
+            return
+        if self.ready.is_set():
+            self.add_folder(path_to_uri(directory))
+        else:  # `initialized` adds it with the others, after reading the settings
+            self._initial_folders.append(path_to_uri(directory))
 
     def on_document_changed(self, params: types.DidChangeTextDocumentParams) -> None:
         self._sync(params.text_document.uri)

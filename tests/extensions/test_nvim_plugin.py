@@ -272,6 +272,29 @@ def test_search_fills_the_quickfix_list_and_jumps(tmp_path: Path) -> None:
     assert seen["current"] == str(repo / "calc.py") and seen["cursor"] == [1, 0]
 
 
+def test_search_in_a_folder_without_a_root_marker(tmp_path: Path) -> None:
+    """No .git anywhere: the file's own directory is the workspace folder."""
+    repo = make_repo(tmp_path, ["Nothing to do."])
+    (repo / ".git").rmdir()
+    body = f"""
+  open({json.dumps(str(repo / "util.py"))})
+  out.root = client().root_dir
+  out.folders = client().workspace_folders
+  assert(index_ready(), "the index never became ready")
+  vim.ui.select = function(items, opts, on_choice) out.picked = #items end
+  vim.cmd("TachySearch add two numbers")
+  assert(wait(20000, function() return out.picked ~= nil end), "no results were offered")
+  out.items = vim.tbl_map(function(item)
+    return vim.api.nvim_buf_get_name(item.bufnr)
+  end, vim.fn.getqflist())
+"""
+    seen = run_nvim(tmp_path, repo, body)
+
+    assert seen["root"] == str(repo)
+    assert [f["name"] for f in seen["folders"]] == [str(repo)]
+    assert seen["items"][0] == str(repo / "calc.py")  # a file that was never opened
+
+
 # ---------------------------------------------------------------------- agent
 def test_agent_chat_inline_diff_accept_by_key_and_by_command(tmp_path: Path) -> None:
     repo = make_repo(

@@ -2,10 +2,12 @@
 
 import * as fs from "node:fs";
 import * as os from "node:os";
+import * as path from "node:path";
 import * as vscode from "vscode";
 import * as lc from "vscode-languageclient/node";
 
 import { DiscoveryError, findServer, ServerCommand } from "./discovery";
+import { fallbackFolder } from "./folders";
 import { experimentalCapabilities } from "./lsp_ext";
 import { serverSettings } from "./settings";
 
@@ -23,15 +25,33 @@ export function currentServerSettings(scope?: vscode.Uri) {
     return serverSettings((key) => config.get(key));
 }
 
+/** With no workspace folder open, the active file's directory (see folders.ts). */
+export function singleFileFolder(): string | undefined {
+    const active = vscode.window.activeTextEditor?.document.uri;
+    return fallbackFolder({
+        workspaceFolders: (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.toString()),
+        activeFile: active?.scheme === "file" ? active.fsPath : undefined,
+        home: os.homedir(),
+    });
+}
+
+/** The local folders the server works in: the open workspace folders, else the
+ * single-file folder. */
+export function serverFolders(): string[] {
+    const open = (vscode.workspace.workspaceFolders ?? [])
+        .filter((f) => f.uri.scheme === "file")
+        .map((f) => f.uri.fsPath);
+    const single = singleFileFolder();
+    return open.length > 0 || !single ? open : [single];
+}
+
 /** The command that runs `tachy serve`, from the settings and the workspace. */
 export function serverCommand(): ServerCommand {
     const config = vscode.workspace.getConfiguration("tachy");
     return findServer({
         serverPath: config.get<string>("serverPath"),
         pythonPath: config.get<string>("pythonPath"),
-        workspaceFolders: (vscode.workspace.workspaceFolders ?? [])
-            .filter((f) => f.uri.scheme === "file")
-            .map((f) => f.uri.fsPath),
+        workspaceFolders: serverFolders(),
         envPath: process.env.PATH,
         home: os.homedir(),
         isExecutable,
@@ -96,7 +116,10 @@ export function createClient(
     output: vscode.OutputChannel,
     hooks: ClientHooks,
 ): lc.LanguageClient {
-    const cwd = vscode.workspace.workspaceFolders?.find((f) => f.uri.scheme === "file")?.uri.fsPath;
+    const cwd = serverFolders()[0];
+    // No folder open: the client is locked to the active file's directory, sent as the
+    // workspace folder (the server alone would take the first opened file's).
+    const single = singleFileFolder();
     const server: lc.Executable = {
         command: command.command,
         args: command.args,
@@ -111,6 +134,9 @@ export function createClient(
         outputChannel: output,
         traceOutputChannel: output,
         revealOutputChannelOn: lc.RevealOutputChannelOn.Never,
+        workspaceFolder: single
+            ? { uri: vscode.Uri.file(single), name: path.basename(single), index: 0 }
+            : undefined,
         initializationOptions: () => currentServerSettings(),
         middleware: {
             workspace: {

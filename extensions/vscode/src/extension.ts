@@ -345,6 +345,14 @@ class Tachy implements vscode.Disposable {
     }
 
     // --------------------------------------------------------------- search
+    /** The folders results are shown relative to: the open workspace folders, or the
+     * active file's directory the client was started on when none is open. */
+    private folderUris(): string[] {
+        const single = this.client?.clientOptions.workspaceFolder;
+        const open = vscode.workspace.workspaceFolders ?? [];
+        return single ? [single.uri.toString()] : open.map((f) => f.uri.toString());
+    }
+
     search(): void {
         const client = this.readyClient();
         if (!client) {
@@ -355,7 +363,7 @@ class Tachy implements vscode.Disposable {
         pick.placeholder = "Search the codebase by meaning or by words (tachy)";
         let timer: NodeJS.Timeout | undefined;
         let generation = 0;
-        const folders = (vscode.workspace.workspaceFolders ?? []).map((f) => f.uri.toString());
+        const folders = this.folderUris();
         pick.onDidChangeValue((value) => {
             clearTimeout(timer);
             if (!value.trim()) {

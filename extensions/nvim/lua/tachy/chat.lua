@@ -332,7 +332,7 @@ function M.start(prompt, opts)
   end
   local client = util.client(buf)
   if not client then
-    return util.notify("no tachy language server is running (open a file in a git repository)", vim.log.levels.ERROR)
+    return util.notify("no tachy language server is running (open a file)", vim.log.levels.ERROR)
   end
   if opts.range then
     prompt = with_selection(prompt, buf, opts.range[1], opts.range[2])

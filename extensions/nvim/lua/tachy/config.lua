@@ -13,6 +13,9 @@ M.defaults = {
   allowSecrets = nil,
   maxTurns = nil,
   index = nil, -- { enabled = true, dense = true, cacheDir = nil }
+  -- A buffer's workspace folder: the nearest directory above it holding one of these;
+  -- without one, the file's own directory.
+  root_markers = { ".git" },
   -- Buffer-local keys while an edit proposal is shown in a buffer; false: none.
   keymaps = { accept = "ga", reject = "gr", next = "]p", prev = "[p" },
   chat = {

@@ -40,7 +40,7 @@ function M.check()
   local clients = util.clients()
   if #clients == 0 then
     health.warn("no tachy client is running", {
-      "call require('tachy').setup{} (or vim.lsp.enable('tachy')) and open a file inside a git repository",
+      "call require('tachy').setup{} (or vim.lsp.enable('tachy')) and open a file",
     })
     return
   end

@@ -50,11 +50,39 @@ function M.client(bufnr)
   return all[1]
 end
 
+--- The workspace folder for `bufnr`: the nearest directory holding a root marker
+--- (config root_markers); else the folder of a running tachy client that holds the
+--- file; else the file's own directory, as language servers do for a single file.
+--- Never the home directory or / (everything would be indexed): nil then, and for
+--- buffers that are not files (the server starts without a folder).
+function M.root_dir(bufnr)
+  local name = vim.api.nvim_buf_get_name(bufnr)
+  if name == "" or name:match("^%a[%w+.-]*://") then
+    return nil
+  end
+  local root = vim.fs.root(bufnr, require("tachy.config").options.root_markers)
+  if root then
+    return root
+  end
+  local file = vim.fs.normalize(vim.fn.fnamemodify(name, ":p"))
+  for _, client in ipairs(M.clients()) do
+    if client.root_dir and vim.fs.relpath and vim.fs.relpath(client.root_dir, file) then
+      return client.root_dir
+    end
+  end
+  local dir = vim.fs.dirname(file)
+  local home = vim.uv.os_homedir()
+  if dir == "/" or (home and dir == vim.fs.normalize(home)) then
+    return nil
+  end
+  return dir
+end
+
 --- Send a tachy request; callback(err, result). A client that is gone answers
 --- with an error instead of never.
 function M.request(client, short, params, callback, bufnr)
   if not client then
-    callback({ message = "no tachy language server is running (open a file in a git repository)" })
+    callback({ message = "no tachy language server is running (open a file)" })
     return
   end
   if bufnr and not vim.api.nvim_buf_is_valid(bufnr) then
