@@ -22,6 +22,11 @@ standard library (the json, email and asyncio packages; no network):
    and with the unsandboxed fallback, against a plain `subprocess.run(["/bin/sh",
    "-c", "true"])` (the anchor), a breakdown of where the bubblewrap time goes, and
    the same start-up on a 10,000-file workspace.
+4. What each isolation measure costs (issue 15), each beside the same work without
+   it: bubblewrap's argv with and without dropping capabilities; ruff (read_lints)
+   and ripgrep (grep) confined in the sandbox against the same run unconfined; a file
+   read through directory handles (index.beneath) against a plain open; and the
+   first and later commands of a run in a git repository (the history check).
 
 Also reports the process's peak RSS and the machine. All inputs are fixed; figures are
 medians over repeats. The whole run takes well under two minutes on two cores.
@@ -462,6 +467,96 @@ async def bench_sandbox(root: Path, scale_root: Path, plan: dict) -> dict[str, A
     return out
 
 
+async def bench_isolation(
+    root: Path, repo: Path, corpus: dict[str, Any], plan: dict[str, Any]
+) -> dict[str, Any]:
+    """Each isolation measure beside the same work without it (block by block, as in
+    bench_sandbox). `costs_ms` holds the differences of the medians."""
+    if shutil.which("bwrap") is None:
+        return {"costs_ms": {}, "skipped": "bubblewrap is not installed"}
+    repeats = plan["sandbox_repeats"]
+    workspace = Workspace(root)
+    confined = Sandbox(workspace, SandboxConfig(use_bubblewrap=True))
+    host = Sandbox(workspace, SandboxConfig(use_bubblewrap=False))
+    lint_file = next(rel for rel in corpus["files"] if rel.endswith(".py"))
+    lint_confined = LintRunner(workspace, sandbox=confined)
+    lint_host = LintRunner(workspace, sandbox=host)
+    grep_ctx = make_context(root)
+    grep_host_ctx = make_context(root, use_bubblewrap=False)
+    grep_tool, grep_args = TOOLS["grep"], bind("grep", pattern="def __init__")
+    argv = confined._argv("true")
+    at = argv.index("--cap-drop")
+    no_cap_drop = argv[:at] + argv[at + 2 :]
+    read_rel = lint_file
+
+    # A git repository holding the corpus: the first command of a run checks its
+    # history (remembered in .tachy/); later commands look at the refs only.
+    shutil.copytree(root, repo, ignore=shutil.ignore_patterns(".tachy"))
+    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.com"}
+    env.update(GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@example.com")
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "corpus"]):
+        subprocess.run(["git", "-C", str(repo), *args], env=env, check=True)
+    repo_sandbox = Sandbox(Workspace(repo), SandboxConfig(use_bubblewrap=True))
+
+    async def first_command_in_repo() -> None:
+        (repo / ".tachy" / "git-history.json").unlink(missing_ok=True)
+        fresh = Sandbox(Workspace(repo), SandboxConfig(use_bubblewrap=True))
+        if (await fresh.run("true")).exit_code != 0:
+            raise RuntimeError("`true` failed in the repository's sandbox")
+
+    async def later_command_in_repo() -> None:
+        if (await repo_sandbox.run("true")).exit_code != 0:
+            raise RuntimeError("`true` failed in the repository's sandbox")
+
+    pairs: dict[str, tuple[tuple[Callable[[], Any], bool], tuple[Callable[[], Any], bool]]] = {
+        "cap_drop": (
+            (lambda: subprocess.run(argv, cwd=root, check=True), False),
+            (lambda: subprocess.run(no_cap_drop, cwd=root, check=True), False),
+        ),
+        "lint_in_sandbox": (
+            (lambda: lint_confined.lint([lint_file]), False),
+            (lambda: lint_host.lint([lint_file]), False),
+        ),
+        "grep_in_sandbox": (
+            (lambda: grep_tool.run(grep_args, grep_ctx), True),
+            (lambda: grep_tool.run(grep_args, grep_host_ctx), True),
+        ),
+        "handle_relative_read": (
+            (lambda: workspace.read_disk(read_rel), False),
+            (lambda: (root / read_rel).read_bytes(), False),
+        ),
+        "git_history_first_command": (
+            (first_command_in_repo, True),
+            (lambda: confined.run("true"), True),
+        ),
+        "git_history_later_command": (
+            (later_command_in_repo, True),
+            (lambda: confined.run("true"), True),
+        ),
+    }
+    out: dict[str, Any] = {"costs_ms": {}}
+    for name, ((with_fn, with_async), (without_fn, without_async)) in pairs.items():
+        times: dict[str, list[float]] = {"with": [], "without": []}
+        for _ in range(plan["sandbox_rounds"]):
+            for key, fn, is_async in (
+                ("with", with_fn, with_async),
+                ("without", without_fn, without_async),
+            ):
+                count = max(1, repeats // plan["sandbox_rounds"])
+                gc.collect()
+                if is_async:
+                    await fn()
+                    times[key] += [await time_async(fn) for _ in range(count)]
+                else:
+                    fn()
+                    times[key] += [time_sync(fn) for _ in range(count)]
+        entry = {"with": stats(times["with"]), "without": stats(times["without"])}
+        entry["cost_ms"] = round(entry["with"]["median_ms"] - entry["without"]["median_ms"], 3)
+        out[name] = entry
+        out["costs_ms"][name] = entry["cost_ms"]
+    return out
+
+
 # ------------------------------------------------------------------- driver
 def machine_info() -> dict[str, Any]:
     return {
@@ -511,6 +606,7 @@ async def run_benchmark(quick: bool) -> dict[str, Any]:
         overhead = await bench_overhead(ctx, small, plan)
         parallel = await bench_parallel(ctx, corpus, plan)
         sandbox = await bench_sandbox(root, scale_root, plan)
+        isolation = await bench_isolation(root, Path(tmp) / "repo", corpus, plan)
     elapsed = time.perf_counter() - started
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     children_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
@@ -545,6 +641,7 @@ async def run_benchmark(quick: bool) -> dict[str, Any]:
         "sandbox_target_ms": SANDBOX_TARGET_MS,
         "sandbox_target_met": (bw["median_ms"] < SANDBOX_TARGET_MS) if bw else None,
         "sandbox_bwrap_10k_files_ms": wide["median_ms"] if wide else None,
+        **{f"isolation_{name}_ms": value for name, value in isolation["costs_ms"].items()},
         "peak_rss_mib": round(rss_mib, 1),
     }
     return {
@@ -563,6 +660,7 @@ async def run_benchmark(quick: bool) -> dict[str, Any]:
         "overhead": overhead,
         "parallel": parallel,
         "sandbox": sandbox,
+        "isolation": isolation,
         "peak_rss_mib": round(rss_mib, 1),
         "peak_rss_children_mib": round(children_mib, 1),
         # Other work on the machine shows here; the figures are only as quiet as it was.
@@ -627,6 +725,14 @@ def table(result: dict[str, Any]) -> str:
     for name, value in result["sandbox"].items():
         if isinstance(value, dict):
             lines.append(f"   {name:>28}: {value['median_ms']:8.2f}")
+    lines.append("")
+    lines.append("4. isolation measures: median ms with and without, and the cost")
+    for name, entry in result["isolation"].items():
+        if isinstance(entry, dict) and "cost_ms" in entry:
+            lines.append(
+                f"   {name:>28}: {entry['with']['median_ms']:8.2f} vs "
+                f"{entry['without']['median_ms']:8.2f}  ({entry['cost_ms']:+.2f})"
+            )
     lines.append("")
     lines.append(f"peak RSS {result['peak_rss_mib']} MiB; elapsed {result['elapsed_s']} s")
     return "\n".join(lines)

@@ -168,13 +168,17 @@ def _beneath(root: Path, target: str) -> str | None:
     return None
 
 
-def open_file(root: Path, rel: str, flags: int = os.O_RDONLY) -> tuple[int, str]:
+def open_file(
+    root: Path, rel: str, flags: int = os.O_RDONLY, *, follow_links: bool = True
+) -> tuple[int, str]:
     """An open descriptor of the regular file `rel` beneath `root`, and its real path.
+    With `follow_links=False` no symlink is followed at all (ELOOP), as the index
+    wants: it never indexes a file by a link's name.
 
     Raises EscapeError for a way out, IsADirectoryError, or OSError (ELOOP when a
     symlink was swapped in while opening; EINVAL-like errors for FIFOs and devices,
     which are refused rather than opened, since a FIFO would block forever)."""
-    with walk(root, rel) as found:
+    with walk(root, rel, follow_last=follow_links, follow_links=follow_links) as found:
         fd = os.open(
             found.name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=found.dir_fd
         )
@@ -188,9 +192,11 @@ def open_file(root: Path, rel: str, flags: int = os.O_RDONLY) -> tuple[int, str]
     return fd, found.real
 
 
-def read_file(root: Path, rel: str, limit: int | None = None) -> tuple[bytes, str]:
+def read_file(
+    root: Path, rel: str, limit: int | None = None, *, follow_links: bool = True
+) -> tuple[bytes, str]:
     """The bytes of a regular file beneath `root` (at most `limit`) and its real path."""
-    fd, real = open_file(root, rel)
+    fd, real = open_file(root, rel, follow_links=follow_links)
     with os.fdopen(fd, "rb") as handle:
         return (handle.read() if limit is None else handle.read(limit)), real
 

@@ -14,6 +14,7 @@ maps, files that say "generated ... do not edit") and not oversized.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -22,6 +23,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from index import beneath
 from index.ignore import IgnoreRules, walk_visible
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -170,19 +172,24 @@ def load_file(root: Path, rel: str) -> tuple[os.stat_result, bytes] | str:
     regular file, oversized). The size is checked before reading, so a 2 GB log costs a
     stat, and the file is read once for both hashing and chunking; `content_state`
     judges what was read."""
-    path = root / rel
     try:
-        info = os.lstat(path)
-        if not stat.S_ISREG(info.st_mode):
-            return "not a regular file"
-        if info.st_size > MAX_FILE_BYTES:
-            return "oversized"
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_FILE_BYTES + 1)
+        # Through directory handles, following no symlink: a file swapped for a link
+        # (to a secret, or out of the workspace) after the walk listed it is not read.
+        fd, _ = beneath.open_file(root, rel, follow_links=False)
     except FileNotFoundError:
         return "vanished"
     except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EINVAL, errno.EISDIR, errno.EXDEV):
+            return "not a regular file"
         return f"unreadable: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if info.st_size > MAX_FILE_BYTES:
+            return "oversized"
+        try:
+            data = handle.read(MAX_FILE_BYTES + 1)
+        except OSError as exc:
+            return f"unreadable: {exc.strerror or exc}"
     return info, data
 
 

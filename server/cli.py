@@ -322,7 +322,10 @@ async def run_agent(args: argparse.Namespace) -> int:
 
     search_index = FreshIndex(workspace.root)
     ctx = ToolContext(
-        workspace=workspace, sandbox=sandbox, linters=LintRunner(workspace), index=search_index
+        workspace=workspace,
+        sandbox=sandbox,
+        linters=LintRunner(workspace, sandbox=sandbox),
+        index=search_index,
     )
     writer = None
     if args.transcript:

@@ -142,7 +142,9 @@ class Env:
         # task's time limit instead of the per-command one.
         self._test_sandbox = Sandbox(self.workspace, self._config(self.task.timeout_s))
         self.ctx = ToolContext(
-            workspace=self.workspace, sandbox=self.sandbox, linters=LintRunner(self.workspace)
+            workspace=self.workspace,
+            sandbox=self.sandbox,
+            linters=LintRunner(self.workspace, sandbox=self.sandbox),
         )
         self.started = time.monotonic()
 

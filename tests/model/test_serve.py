@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import httpx
@@ -63,11 +62,13 @@ class Recorder:
     def __init__(self, engine) -> None:
         self.engine, self.results = engine, []
         self.done = threading.Event()
+        self.started = threading.Event()
 
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
     def generate(self, *args, **kw):
+        self.started.set()
         out = self.engine.generate(*args, **kw)
         self.results.extend(out)
         self.done.set()
@@ -227,7 +228,9 @@ def _start_and_drop(server, stream: bool) -> None:
     if stream:
         assert s.recv(4096).startswith(b"HTTP/1.1 200")
     else:
-        time.sleep(0.2)
+        # Leave once the generation runs: a fixed wait raced a fast machine, where the
+        # tiny model finished all its tokens first.
+        assert server.engine.started.wait(30)
     s.close()
 
 
@@ -235,6 +238,7 @@ def _start_and_drop(server, stream: bool) -> None:
 def test_disconnect_cancels_the_generation(model_server, stream) -> None:
     recorder = model_server.engine
     recorder.done.clear()
+    recorder.started.clear()
     before = len(recorder.results)
     _start_and_drop(model_server, stream)
     # The engine runs one job at a time: once a no-op queued behind the request has run,
