@@ -439,6 +439,13 @@ class _VisibleNow:
             }
 
 
+def _nonempty_file(path: Path) -> bool:
+    try:
+        return path.stat().st_size > 0
+    except OSError:
+        return False
+
+
 class CodeIndex:
     def __init__(
         self,
@@ -502,14 +509,25 @@ class CodeIndex:
     # ------------------------------------------------------------ database
     def _open_database(self) -> sqlite3.Connection:
         path = self.dir / "index.db"
-        try:
+        # The common case, an index in good order, opens without waiting for a writer.
+        if self._damage_noted() is None and _nonempty_file(path):
+            try:
+                return self._connect(path, create=False)
+            except (sqlite3.DatabaseError, CodeIndexError):
+                pass  # looked at again below, under the lock
+        # Creating, repairing or starting afresh takes the writers' lock, and looks
+        # again once it has it: another opener may have just done it. (Without the
+        # lock, one opener's transient "database is locked" was taken for damage and
+        # deleted the database under the other.)
+        with self._writer():
             damage = self._damage_noted()
-            if damage is not None:
-                raise CodeIndexError(damage)
-            return self._connect(path)
-        except (sqlite3.DatabaseError, CodeIndexError) as exc:
+            if damage is None:
+                try:
+                    return self._connect(path)
+                except (sqlite3.DatabaseError, CodeIndexError) as exc:
+                    damage = str(exc)
             # Corrupt, foreign or from another schema: start afresh (it is a cache).
-            self._discard(reason=str(exc))
+            self._discard(reason=damage)
             _remove(self.dir / DAMAGED_MARK)
             return self._connect(path)
 
@@ -531,7 +549,9 @@ class CodeIndex:
         with contextlib.suppress(OSError):
             (self.dir / DAMAGED_MARK).write_text(f"the index database failed: {error}")
 
-    def _connect(self, path: Path) -> sqlite3.Connection:
+    def _connect(self, path: Path, *, create: bool = True) -> sqlite3.Connection:
+        """Open the database (creating its schema when `create`; else a database without
+        one is an error, left for the caller to create under the lock)."""
         conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None, timeout=30)
         try:
             conn.execute("PRAGMA journal_mode=WAL")
@@ -551,8 +571,10 @@ class CodeIndex:
                     raise CodeIndexError("the index database failed its integrity check")
                 for statement in _SYMBOL_INDEXES:  # databases made before symbols() lack them
                     conn.execute(statement)
-            else:
+            elif create:
                 self._create_schema(conn)
+            else:
+                raise CodeIndexError("the index database has no schema yet")
             conn.execute("INSERT OR REPLACE INTO meta VALUES ('clean', '0')")
         except BaseException:
             conn.close()

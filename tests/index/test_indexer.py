@@ -401,16 +401,16 @@ def test_recently_changed_and_open_files_are_embedded_first(workspace):
 
 
 def test_unreadable_files_are_skipped(workspace, monkeypatch):
-    import index.scan as scan_module
+    from index import beneath
 
-    real_open = open
+    real_open = beneath.open_file
 
-    def guarded(path, *args, **kwargs):
-        if str(path).endswith("app.js"):
+    def guarded(root, rel, *args, **kwargs):  # root reads anything: refuse by hand
+        if str(rel).endswith("app.js"):
             raise PermissionError(13, "Permission denied")
-        return real_open(path, *args, **kwargs)
+        return real_open(root, rel, *args, **kwargs)
 
-    monkeypatch.setattr(scan_module, "open", guarded, raising=False)
+    monkeypatch.setattr(beneath, "open_file", guarded)
     with open_index(workspace) as index:
         stats = index.update()
         assert stats.skipped == {"unreadable: Permission denied": 1}
