@@ -258,8 +258,7 @@ class HiddenScanner:
 
     Hidden: what the workspace hides from the model (Workspace.is_hidden: ignored and
     secret files, so git-ignored directories too, except environments and tool caches,
-    which builds and tests need and which are scanned for secrets like the rest) and
-    .tachy/. Protected (read-only): ignore files, and repository metadata that would
+    which builds and tests need and which commands see as they are) and .tachy/. Protected (read-only): ignore files, and repository metadata that would
     make the host act (PROTECTED_METADATA). A repository whose history holds hidden
     files has its .git hidden whole (agent.githistory).
 
@@ -377,8 +376,12 @@ class HiddenScanner:
                 continue
             if workspace.is_hidden(rel, is_dir):
                 mounts.append(Mount(rel, is_dir, "hide"))
-            elif is_dir:
+            elif is_dir and not workspace.rules.is_ignored(rel, True):
                 subdirs.append(rel)
+            # (A directory that is ignored but not hidden is an environment or a tool's
+            # cache, shown to commands as it is: not searched, since a .venv or
+            # node_modules holds tens of thousands of directories, which a stat each
+            # on every command would make the slowest part of starting one.)
         result = (mtime, mounts, subdirs)
         if racy:
             self._dirs.pop(directory, None)

@@ -56,7 +56,13 @@ SECRET_NAME_PATTERNS = (
     ".s3cfg",
     "kubeconfig",
     "credentials",
-    "credentials.*",
+    "credentials.json",
+    "credentials.csv",
+    "credentials.yml",
+    "credentials.yaml",
+    "credentials.toml",
+    "credentials.ini",
+    "credentials.xml",
     "secrets.json",
     "secrets.yaml",
     "secrets.yml",
@@ -91,9 +97,9 @@ def is_secret_name(name: str) -> bool:
 # Directories that hold a project's environments, dependencies and tool caches.
 # Git-ignored, they stay out of listings, search and the index like anything ignored,
 # but builds and tests need them (a test run imports from .venv), so commands see them
-# and read_file reads a file in one when it is named; secret and .tachyignore'd files
-# in them stay hidden. Any directory holding a pyvenv.cfg (a virtual environment by
-# another name) counts too.
+# as they are (what they hold is installed, not the user's own) and read_file reads a
+# file in one when it is named (secret names still refused). Any directory holding a
+# pyvenv.cfg (a virtual environment by another name) counts too.
 TOOL_DIR_NAMES = frozenset(
     {
         ".venv",

