@@ -254,7 +254,8 @@ class Workspace:
         self._after_change(target)
 
     def _writable(self, rel: str) -> str:
-        """The real path a change to `rel` lands on, or why it may not change."""
+        """The real path a change to `rel` lands on, or why it may not change (a
+        subclass that routes writes elsewhere, as the editor's review does, asks too)."""
         real = self.real_rel(rel)
         for name in {rel, real}:
             if posixpath.basename(name) == ".tachyignore":

@@ -476,9 +476,11 @@ class EditorWorkspace(Workspace):
             )
 
     def write_bytes(self, rel: str, data: bytes) -> None:
+        self._writable(rel)  # refused before the user is asked (e.g. .tachyignore)
         self.board.write(self, rel, data)
 
     def delete(self, rel: str) -> None:
+        self._writable(rel)
         self.board.write(self, rel, None)
 
     # The review flow's own access to the disk, with checkpoints as in training.
