@@ -385,3 +385,34 @@ async def test_a_repository_a_command_creates_cannot_make_the_host_run_anything(
     assert list((repo / "sub" / ".git" / "hooks").iterdir()) == []
     # The agent's git keeps working in it.
     assert "On branch" in await ok(ctx, "run_terminal_cmd", command="git -C sub status")
+
+
+_PARTS = st.sampled_from(
+    ["..", ".", "", "src", "calc.py", "in", "out", "abs_out", "abs_in", "loop", "x\udcff", "/"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PARTS, min_size=1, max_size=6))
+def test_no_path_the_model_writes_leads_out_of_the_workspace(tmp_path_factory, parts):
+    """Whatever mix of `..`, links in and out, loops and undecodable bytes a path
+    holds, the workspace either refuses it or names a place inside the root."""
+    root = tmp_path_factory.getbasetemp() / "prop-ws"
+    if not root.exists():
+        (root / "src").mkdir(parents=True)
+        (root / "src" / "calc.py").write_text("x = 1\n")
+        (root / "in").symlink_to("src")
+        (root / "out").symlink_to("../..")
+        (root / "abs_out").symlink_to("/etc")
+        (root / "abs_in").symlink_to(root / "src")
+        (root / "loop").symlink_to("loop")
+    ws = Workspace(root)
+    path = "/".join(parts)
+    try:
+        rel = ws.resolve(path, kind="any")
+    except WorkspaceError:
+        return
+    real = Path(os.path.realpath(root / rel))
+    assert real == root or root in real.parents, (path, rel, real)
+    if real.is_file():
+        ws.read_disk(rel)  # and it can be read through the handles
