@@ -104,10 +104,10 @@ class Workspace:
 
     def is_hidden(self, rel: str, is_dir: bool) -> bool:
         """The verdict on a name, not following symlinks: ignored or secret. A file
-        that is git-ignored only because it lies in an environment or build directory
+        that is git-ignored only because it lies in an environment or a tool's cache
         (.venv, node_modules, ...: index.ignore.TOOL_DIR_NAMES) is not hidden: commands
-        use those, so read_file may read what a command can. The language server's
-        background jobs' logs (.tachy/jobs/) are never hidden."""
+        use those, so read_file may read what a command can. The logs of background
+        commands (.tachy/jobs/) are never hidden."""
         if rel == "" or _in_jobs_dir(rel):
             return False
         if not is_dir and not self.allow_secrets and is_secret_name(posixpath.basename(rel)):
@@ -135,7 +135,10 @@ class Workspace:
         if rel == "":
             return True
         if is_dir is None:
-            is_dir = self.abspath(rel).is_dir()
+            try:
+                is_dir = stat.S_ISDIR(os.stat(self.abspath(rel)).st_mode)
+            except OSError:
+                is_dir = False
         if self.is_hidden(rel, is_dir):
             return False
         try:

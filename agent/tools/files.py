@@ -131,7 +131,7 @@ class ReadFile(Tool):
         the window (and at most MAX_LINE_BYTES of each line)."""
         window: list[bytes] = []
         number = 0
-        with open(ws.abspath(rel), "rb") as handle:
+        with ws.open(rel) as handle:
             if is_binary(handle.read(SNIFF_BYTES)):
                 raise ToolError(
                     f"{rel} is a binary file ({size} bytes); it cannot be shown as text"
