@@ -117,13 +117,22 @@ def _join_pairs(text: str) -> str:
     return valid_text(joined)
 
 
+@dataclass
+class _Call:
+    """One call of a turn, as scheduled."""
+
+    name: str
+    task: asyncio.Task[Outcome]
+    access: tuple[Access, Access]  # (reads, writes), for ordering later calls
+
+
 class _Turn:
     """The calls of one assistant turn: scheduled as they are parsed, collected in order."""
 
     def __init__(self, executor: Executor, turn: int) -> None:
         self.executor = executor
         self.turn = turn
-        self.calls: list[tuple[str, str, asyncio.Task[Outcome], tuple[Access, Access]]] = []
+        self.calls: list[_Call] = []
 
     def submit(self, raw: RawCall) -> None:
         ex = self.executor
@@ -135,10 +144,10 @@ class _Turn:
             typed = msgspec.to_builtins(args)
             shown_args = {key: typed[key] for key in raw.params}
         ex.emit(ev.ToolCall(call_id=call_id, tool=raw.name or "", args=shown_args))
-        waits = [task for _, _, task, other in self.calls if conflicts(other, access)]
+        waits = [call.task for call in self.calls if conflicts(call.access, access)]
         name = raw.name or ""
         task = asyncio.create_task(self._run(call_id, name, tool, args, problem, waits))
-        self.calls.append((call_id, name, task, access))
+        self.calls.append(_Call(name, task, access))
 
     def _access(self, tool: Tool | None, args: object) -> tuple[Access, Access]:
         if tool is None or args is None:
@@ -174,8 +183,8 @@ class _Turn:
 
     async def collect(self) -> list[Outcome]:
         outcomes = []
-        for _, name, task, _ in self.calls:
-            outcome = await task
+        for call in self.calls:
+            outcome = await call.task
             self.executor.emit(
                 ev.ToolResult(
                     call_id=outcome.call_id,
@@ -185,15 +194,15 @@ class _Turn:
                     meta=outcome.meta,
                 )
             )
-            if name == "todo_write" and not outcome.is_error:
+            if call.name == "todo_write" and not outcome.is_error:
                 self.executor.emit(ev.Todos(todos=list(self.executor.ctx.todos)))
             outcomes.append(outcome)
         return outcomes
 
     async def abort(self) -> None:
-        for _, _, task, _ in self.calls:
-            task.cancel()
-        await asyncio.gather(*(task for *_, task, _ in self.calls), return_exceptions=True)
+        for call in self.calls:
+            call.task.cancel()
+        await asyncio.gather(*(call.task for call in self.calls), return_exceptions=True)
 
 
 class Executor:

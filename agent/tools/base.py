@@ -31,9 +31,19 @@ if typing.TYPE_CHECKING:
 
 T = TypeVar("T")
 
+
+class _Everything:
+    """The access set of a call that may read or write any path (a shell command)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "EVERYTHING"
+
+
 # Access sets: the paths a call reads or writes, or EVERYTHING.
-EVERYTHING = None
-Access = frozenset[str] | None
+EVERYTHING = _Everything()
+Access = frozenset[str] | _Everything
 
 
 # Tools do blocking file and process work on threads. asyncio's default pool has only
@@ -72,8 +82,6 @@ class ToolContext:
 class Tool:
     name: ClassVar[str]
     Args: ClassVar[type[msgspec.Struct]]
-    # Read-only tools never change the workspace and may run concurrently.
-    read_only: ClassVar[bool] = True
 
     def access(self, args: Any) -> tuple[Access, Access]:
         """(reads, writes) of a call, for ordering calls within a turn."""

@@ -9,7 +9,7 @@ import msgspec
 from msgspec import Meta
 
 from agent.tools.base import Access, Tool, ToolContext, ToolError, run_blocking
-from agent.tools.files import decode, is_binary, lint_summary, resolve, split_lines
+from agent.tools.files import decode, is_binary, lint_summary, lints_before, resolve, split_lines
 
 MAX_EDIT_BYTES = 8 * 1024 * 1024
 MAX_DIFF_LINES = 150
@@ -80,11 +80,10 @@ class EditFile(Tool):
     old_string must appear in the file exactly as given (whitespace included) and only
     once, unless replace_all is true; include enough surrounding lines to make it
     unique. On a mismatch the result shows the nearest text in the file. On success it
-    shows the change as a diff, followed by the file's lints.
+    shows the change as a diff, followed by the lint problems the edit introduced.
     """
 
     name = "edit_file"
-    read_only = False
 
     class Args(msgspec.Struct, forbid_unknown_fields=True):
         path: Annotated[str, Meta(description="file to edit, relative to the workspace root")]
@@ -139,10 +138,11 @@ class EditFile(Tool):
                 "surrounding lines to pick one, or set replace_all to true to change every occurrence"
             )
         after = text.replace(old, new) if args.replace_all else text.replace(old, new, 1)
+        before = lints_before(ctx, rel)
         try:
             ws.write_bytes(rel, after.encode("utf-8"))
         except OSError as exc:
             raise ToolError(f"could not write {rel}: {exc.strerror}") from None
         times = f"{count} occurrences" if count > 1 else "1 occurrence"
         diff = unified_diff(rel, text, after)
-        return f"Edited {rel} (replaced {times}):\n{diff}" + lint_summary(ctx, rel)
+        return f"Edited {rel} (replaced {times}):\n{diff}" + lint_summary(ctx, rel, before)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Annotated
 
 import msgspec
 from msgspec import Meta
 
-from agent.lints import LintError, format_diagnostics
+from agent.lints import Diagnostic, LintError, format_diagnostics
 from agent.tools.base import Access, Tool, ToolContext, ToolError, run_blocking
 from agent.workspace import Workspace, WorkspaceError
 
@@ -33,17 +34,51 @@ def resolve(ctx: ToolContext, path: str, kind: str) -> str:
         raise ToolError(str(exc)) from None
 
 
-def lint_summary(ctx: ToolContext, rel: str) -> str:
-    """The lint report appended to a successful edit."""
+def lint_summary(ctx: ToolContext, rel: str, before: list[Diagnostic] | None = None) -> str:
+    """The lint report appended to a successful write: every problem of the file, or,
+    given the problems it had `before` an edit, only those the edit introduced (as
+    SWE-agent's lint-gated edit does: the model is told what it just broke, not what
+    was broken already)."""
     if not ctx.linters.can_lint(rel):
         return ""
     try:
         found = ctx.linters.lint([rel])
     except LintError as exc:
         return f"\n\nLints: not available ({exc})"
-    if not found:
-        return "\n\nLints: no problems."
-    return f"\n\nLints ({len(found)}):\n{format_diagnostics(found, limit=50)}"
+    if before is None:
+        if not found:
+            return "\n\nLints: no problems."
+        return f"\n\nLints ({len(found)}):\n{format_diagnostics(found, limit=50)}"
+    new = introduced(before, found)
+    if not new:
+        older = f" ({len(found)} from before remain; read_lints shows them)" if found else ""
+        return f"\n\nLints: the edit introduced no problems{older}."
+    return f"\n\nLints ({len(new)} new):\n{format_diagnostics(new, limit=50)}"
+
+
+def lints_before(ctx: ToolContext, rel: str) -> list[Diagnostic] | None:
+    """The file's problems before a change (None when it cannot be linted)."""
+    if not ctx.linters.can_lint(rel):
+        return None
+    try:
+        return ctx.linters.lint([rel])
+    except LintError:
+        return []
+
+
+def introduced(before: list[Diagnostic], after: list[Diagnostic]) -> list[Diagnostic]:
+    """The problems of `after` that `before` did not have. An edit moves lines, so a
+    problem is matched by its code and message, not its place: each one before cancels
+    one alike after."""
+    left = Counter((d.code, d.message) for d in before)
+    new = []
+    for diagnostic in after:
+        key = (diagnostic.code, diagnostic.message)
+        if left[key] > 0:
+            left[key] -= 1
+        else:
+            new.append(diagnostic)
+    return new
 
 
 def suggest_paths(workspace: Workspace, path: str, limit: int = 3) -> str:
@@ -266,7 +301,6 @@ class WriteFile(Tool):
     """
 
     name = "write_file"
-    read_only = False
 
     class Args(msgspec.Struct, forbid_unknown_fields=True):
         path: Annotated[str, Meta(description="file to write, relative to the workspace root")]
@@ -303,7 +337,6 @@ class DeleteFile(Tool):
     """Delete a file. The change is checkpointed and can be reverted by the user."""
 
     name = "delete_file"
-    read_only = False
 
     class Args(msgspec.Struct, forbid_unknown_fields=True):
         path: Annotated[str, Meta(description="file to delete, relative to the workspace root")]

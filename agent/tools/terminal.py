@@ -65,7 +65,6 @@ class RunTerminalCmd(Tool):
     """
 
     name = "run_terminal_cmd"
-    read_only = False
 
     class Args(msgspec.Struct, forbid_unknown_fields=True):
         command: Annotated[str, Meta(description="the shell command line")]

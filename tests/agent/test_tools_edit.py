@@ -31,7 +31,7 @@ async def test_edit_file_replaces_exact_text_and_shows_diff_and_lints(repo, ctx)
         " \n"
         " def sub(a, b):\n"
         "\n"
-        "Lints: no problems."
+        "Lints: the edit introduced no problems."
     )
     assert (repo / "src" / "calc.py").read_text() == CALC.replace("a - b", "a + b", 1)
     assert ctx.workspace.checkpoints == {"src/calc.py": CALC.encode()}
@@ -220,7 +220,23 @@ async def test_edit_file_lints_an_unused_import(repo, ctx):
         old_string="def add(a, b):",
         new_string="import os\n\n\ndef add(a, b):",
     )
-    assert content.endswith("\n\nLints (1):\nsrc/calc.py:1:8: F401 `os` imported but unused")
+    assert content.endswith("\n\nLints (1 new):\nsrc/calc.py:1:8: F401 `os` imported but unused")
+
+
+async def test_edit_file_reports_only_the_problems_it_introduced(repo, ctx):
+    (repo / "src" / "calc.py").write_text("import os\n\n\n" + CALC)  # an old problem
+    content = await ok(
+        ctx, "edit_file", path="src/calc.py", old_string="    return a - b\n\n\ndef sub",
+        new_string="    return a + b\n\n\ndef sub",
+    )  # fmt: skip
+    assert content.endswith(
+        "\n\nLints: the edit introduced no problems (1 from before remain; read_lints shows them)."
+    )
+    content = await ok(
+        ctx, "edit_file", path="src/calc.py", old_string="import os\n",
+        new_string="import os\nimport sys\n",
+    )  # fmt: skip
+    assert content.endswith("\n\nLints (1 new):\nsrc/calc.py:2:8: F401 `sys` imported but unused")
 
 
 async def test_edit_file_lints_a_syntax_error(repo, ctx):
@@ -232,7 +248,7 @@ async def test_edit_file_lints_a_syntax_error(repo, ctx):
         new_string="def add(a, b:",
     )
     lints = content.split("\n\nLints (", 1)[1]
-    assert lints.startswith(("1):", "2):", "3):"))
+    assert lints.startswith(("1 new):", "2 new):", "3 new):"))
     assert "src/calc.py:1:" in lints
     assert "invalid-syntax" in lints or "syntax-error" in lints
 
