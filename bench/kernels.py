@@ -178,7 +178,7 @@ def gbps(num_bytes: int, timing: dict) -> float:
 
 def mx_bytes(numel: int, in_bytes: int) -> int:
     """Bytes moved by an MX quantize: read the input, write fp8 values and scales."""
-    return numel * in_bytes + numel + numel // reference.BLOCK
+    return numel * in_bytes + numel + numel // reference.MX_BLOCK
 
 
 # ------------------------------------------------------------------ CPU

@@ -2,8 +2,9 @@
 
 Every public op dispatches: Triton on CUDA tensors or when TRITON_INTERPRET=1 (the
 interpreter runs the same kernels on CPU, which is how CI tests them), else a torch
-path on plain CPU (kernels.mx_torch, kernels.moe's TorchGemms). `kernels.reference`
-holds the meaning of each op.
+path on plain CPU (kernels.mx_torch, kernels.moe's torch backend; kernels.moe_ffn is
+the one place the expert layer picks its path). `kernels.reference` holds the meaning
+of each op, and MX_BLOCK, the MXFP8 block size.
 
 Triton modules are imported on first use, so importing `kernels` stays cheap and a
 CPU-only user never compiles anything.
@@ -16,6 +17,7 @@ import os
 import torch
 
 from kernels import mx_torch
+from kernels.reference import MX_BLOCK
 
 
 def use_triton(*tensors: torch.Tensor) -> bool:
@@ -61,4 +63,4 @@ def mx_quantize_dual(
 
 from kernels.moe import moe_ffn  # noqa: E402  (it needs use_triton, defined above)
 
-__all__ = ["moe_ffn", "mx_dequantize", "mx_quantize", "mx_quantize_dual", "use_triton"]
+__all__ = ["MX_BLOCK", "moe_ffn", "mx_dequantize", "mx_quantize", "mx_quantize_dual", "use_triton"]

@@ -42,8 +42,8 @@ import triton
 import triton.language as tl
 
 from kernels._mx_triton import e8m0_scale, encode_e4m3, pow2
+from kernels.reference import MX_BLOCK
 
-BLOCK = 32
 _MODES = {"dequant": 0, "fp8": 1, "scaled": 2}
 
 # Tile sizes. Under the interpreter each program costs numpy calls, so tiles are as
@@ -356,8 +356,8 @@ def _check_mx(name: str, q: torch.Tensor, s: torch.Tensor, shape: tuple, scale_s
 
 def _check_multiple(**sizes: int) -> None:
     for name, size in sizes.items():
-        if size % BLOCK:
-            raise ValueError(f"{name} = {size} must be a multiple of {BLOCK} (one MX block)")
+        if size % MX_BLOCK:
+            raise ValueError(f"{name} = {size} must be a multiple of {MX_BLOCK} (one MX block)")
 
 
 def _check_2d(name: str, t: torch.Tensor) -> None:
@@ -399,7 +399,7 @@ def _u8(t: torch.Tensor) -> torch.Tensor:
 def _tiles_m(num_slots: int, num_experts: int, block_m: int) -> int:
     """Most tiles the slot layout can need: each expert adds at most one partial tile,
     and every tile holds at least one 32-block."""
-    return min(triton.cdiv(num_slots, block_m) + num_experts, num_slots // BLOCK)
+    return min(triton.cdiv(num_slots, block_m) + num_experts, num_slots // MX_BLOCK)
 
 
 def gate_up_swiglu(x_q, x_s, token, offsets, w_q, w_s, *, save_preact: bool):
@@ -421,14 +421,14 @@ def gate_up_swiglu(x_q, x_s, token, offsets, w_q, w_s, *, save_preact: bool):
     if two_f != 2 * F:
         raise ValueError(f"w_q has {two_f} rows; expected 2F (gate rows, then up rows)")
     _check_multiple(S=S, D=D, F=F)
-    _check_mx("x", x_q, x_s, (T, D), (T, D // BLOCK))
-    _check_mx("w", w_q, w_s, (E, 2 * F, D), (E, 2 * F, D // BLOCK))
+    _check_mx("x", x_q, x_s, (T, D), (T, D // MX_BLOCK))
+    _check_mx("w", w_q, w_s, (E, 2 * F, D), (E, 2 * F, D // MX_BLOCK))
     _check_slots("token", token, S, torch.int64)
     _check_offsets(offsets, E)
     _check_device(x_q, x_s, token, offsets, w_q, w_s)
     device = x_q.device
     h_q = torch.zeros((S, F), dtype=torch.uint8, device=device)
-    h_s = torch.zeros((S, F // BLOCK), dtype=torch.uint8, device=device)
+    h_s = torch.zeros((S, F // MX_BLOCK), dtype=torch.uint8, device=device)
     preact = torch.zeros((S, 2 * F), dtype=torch.float32, device=device) if save_preact else None
     if S and F:
         opts = _launch_options(device, gate_up=True)
@@ -470,14 +470,22 @@ def down_weighted(h_q, h_s, w_q, w_s, offsets, weight):
     S, F = h_q.shape
     E, D, _ = w_q.shape
     _check_multiple(S=S, D=D, F=F)
-    _check_mx("h", h_q, h_s, (S, F), (S, F // BLOCK))
-    _check_mx("w", w_q, w_s, (E, D, F), (E, D, F // BLOCK))
+    _check_mx("h", h_q, h_s, (S, F), (S, F // MX_BLOCK))
+    _check_mx("w", w_q, w_s, (E, D, F), (E, D, F // MX_BLOCK))
     _check_offsets(offsets, E)
     _check_slots("weight", weight, S, torch.float32)
     _check_device(h_q, h_s, w_q, w_s, offsets, weight)
     # B[e] = W_down[e]^T: element (f, d) at d * F + f; scale (fb, d) at d * (F // 32) + fb.
     return _grouped_mm(
-        h_q, h_s, w_q, w_s, offsets, weight, D, (D * F, 1, F), (D * (F // BLOCK), 1, F // BLOCK)
+        h_q,
+        h_s,
+        w_q,
+        w_s,
+        offsets,
+        weight,
+        D,
+        (D * F, 1, F),
+        (D * (F // MX_BLOCK), 1, F // MX_BLOCK),
     )
 
 
@@ -492,12 +500,12 @@ def grad_down(dy_q, dy_s, w_q, w_s, offsets):
     S, D = dy_q.shape
     E, _, F = w_q.shape
     _check_multiple(S=S, D=D, F=F)
-    _check_mx("dy", dy_q, dy_s, (S, D), (S, D // BLOCK))
-    _check_mx("w", w_q, w_s, (E, D, F), (E, D // BLOCK, F))
+    _check_mx("dy", dy_q, dy_s, (S, D), (S, D // MX_BLOCK))
+    _check_mx("w", w_q, w_s, (E, D, F), (E, D // MX_BLOCK, F))
     _check_offsets(offsets, E)
     _check_device(dy_q, dy_s, w_q, w_s, offsets)
     return _grouped_mm(
-        dy_q, dy_s, w_q, w_s, offsets, None, F, (D * F, F, 1), ((D // BLOCK) * F, F, 1)
+        dy_q, dy_s, w_q, w_s, offsets, None, F, (D * F, F, 1), ((D // MX_BLOCK) * F, F, 1)
     )
 
 
@@ -512,14 +520,14 @@ def grad_gate_up(dgu_q, dgu_s, w_q, w_s, offsets):
     S, two_f = dgu_q.shape
     E, _, D = w_q.shape
     _check_multiple(S=S, D=D, F=two_f // 2)
-    if two_f % (2 * BLOCK):
-        raise ValueError(f"dgu_q has {two_f} columns; expected 2F with F a multiple of {BLOCK}")
-    _check_mx("dgu", dgu_q, dgu_s, (S, two_f), (S, two_f // BLOCK))
-    _check_mx("w", w_q, w_s, (E, two_f, D), (E, two_f // BLOCK, D))
+    if two_f % (2 * MX_BLOCK):
+        raise ValueError(f"dgu_q has {two_f} columns; expected 2F with F a multiple of {MX_BLOCK}")
+    _check_mx("dgu", dgu_q, dgu_s, (S, two_f), (S, two_f // MX_BLOCK))
+    _check_mx("w", w_q, w_s, (E, two_f, D), (E, two_f // MX_BLOCK, D))
     _check_offsets(offsets, E)
     _check_device(dgu_q, dgu_s, w_q, w_s, offsets)
     return _grouped_mm(
-        dgu_q, dgu_s, w_q, w_s, offsets, None, D, (two_f * D, D, 1), ((two_f // BLOCK) * D, D, 1)
+        dgu_q, dgu_s, w_q, w_s, offsets, None, D, (two_f * D, D, 1), ((two_f // MX_BLOCK) * D, D, 1)
     )
 
 
@@ -534,8 +542,8 @@ def weight_grad(a_q, a_s, b_q, b_s, offsets, num_experts):
     S, M = a_q.shape
     N = b_q.shape[1]
     _check_multiple(S=S)
-    _check_mx("a", a_q, a_s, (S, M), (S // BLOCK, M))
-    _check_mx("b", b_q, b_s, (S, N), (S // BLOCK, N))
+    _check_mx("a", a_q, a_s, (S, M), (S // MX_BLOCK, M))
+    _check_mx("b", b_q, b_s, (S, N), (S // MX_BLOCK, N))
     _check_offsets(offsets, num_experts)
     _check_device(a_q, a_s, b_q, b_s, offsets)
     out = torch.empty((num_experts, M, N), dtype=torch.float32, device=a_q.device)

@@ -15,12 +15,20 @@ top-k, E experts, d_model D and d_ff F:
               weight_grad     (w*dY)^T h, dGU^T x[token] per segment -> dW_down, dW_gate_up
                               (MX along the slots)
 
-The backend (the one dispatch point, `_backend`): kernels.grouped_gemm (Triton) on
-CUDA or under TRITON_INTERPRET=1, else TorchGemms below (dequantize the MX operands,
-fp32 matmuls per expert segment). Routing, permute and combine
-are shape-static torch ops, so the Triton path never waits on the host. TorchGemms is
-meant for CPU: on a CUDA tensor (only if kernels.grouped_gemm were missing) its
-segment loop reads the offsets on the host.
+`moe_ffn` is the one place that chooses how the layer runs:
+
+    Triton         on CUDA or under TRITON_INTERPRET=1: MoEFFN on kernels.grouped_gemm
+    torch, train   gradients wanted, or full-precision weights: MoEFFN on TorchGemms
+                   below (dequantize the MX operands, fp32 matmuls per expert segment)
+    torch, sample  pre-quantized weights, no gradient: torch_experts with MX-rounded
+                   activations, the same numerics with a decode strategy by size and
+                   static shapes (a compiled decode step is one graph)
+    unquantized    quantize=False (the fp32 model, the parity baseline): torch_experts
+                   without any rounding, under plain autograd
+
+Routing, permute and combine are shape-static torch ops, so the Triton path never
+waits on the host. TorchGemms is meant for CPU: on a CUDA tensor (only if
+kernels.grouped_gemm were missing) its segment loop reads the offsets on the host.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.weak import WeakIdKeyDictionary
 
@@ -120,6 +129,86 @@ class TorchGemms:
         a = _dq(a_q_colwise, a_s_colwise, dim=0)  # [S, M]
         b = _dq(b_q_colwise, b_s_colwise, dim=0)  # [S, N]
         return _segment_outer(a, b, offsets)  # [E, M, N], E = num_experts = len(offsets) - 1
+
+
+# ------------------------------------------------------- torch experts (no autograd Function)
+
+DENSE_EXPERT_TOKENS = 16  # up to this many tokens, every expert runs on every token
+
+
+def _pair_matvec(w: Tensor, ids: Tensor, v: Tensor) -> Tensor:
+    """w [E, N, K], ids [P], v [P, K] -> [P, N]: w[ids[p]] @ v[p] for each pair p.
+    Eagerly a batched matmul over the gathered weights; inside a compiled graph a
+    multiply-and-sum, which Inductor fuses with the gather into one loop that reads
+    each chosen weight once instead of copying it out first."""
+    if torch.compiler.is_compiling():
+        return (w[ids].float() * v[:, None, :]).sum(-1)
+    return torch.bmm(w[ids].float(), v[:, :, None])[..., 0]
+
+
+def torch_experts(
+    x: Tensor,
+    topk_weights: Tensor,
+    topk_ids: Tensor,
+    w_gate_up: Tensor,
+    w_down: Tensor,
+    *,
+    mx_activations: bool,
+) -> Tensor:
+    """SwiGLU experts in plain torch ops, fp32: x [T, D], topk_weights/ids [T, k],
+    w_gate_up [E, 2F, D], w_down [E, D, F] (values) -> [T, D] fp32.
+
+    With mx_activations, x and the SwiGLU output are rounded through MXFP8 exactly where
+    MoEFFN quantizes them, so on dequantized MX weights it computes MoEFFN's forward (up
+    to fp32 summation order); without, it is the unquantized layer.
+
+    Three ways, by size: few (token, expert) pairs (decoding one sequence) gather their
+    weights and batch the matmuls; a decode batch (T <= DENSE_EXPERT_TOKENS) runs every
+    expert on every token and weights the results by the routing (zero for experts not
+    chosen); otherwise one pass per expert over its tokens. The first two have static
+    shapes and read nothing on the host, so a compiled decode step is one graph."""
+    T, k = topk_ids.shape
+    E = w_gate_up.shape[0]
+
+    def mx(a: Tensor) -> Tensor:  # [n, 32m] -> the same values rounded through MXFP8
+        return mx_torch.dequantize(*mx_torch.quantize(a, -1)) if mx_activations else a
+
+    x = mx(x.float())
+    ids = topk_ids.reshape(-1)  # [T*k]
+    if T * k <= E:
+        xs = x.repeat_interleave(k, 0)  # [T*k, D]
+        g, u = _pair_matvec(w_gate_up, ids, xs).chunk(2, dim=-1)  # [T*k, F] each
+        out = _pair_matvec(w_down, ids, mx(F.silu(g) * u))  # [T*k, D]
+        out = out * topk_weights.reshape(-1, 1).float()
+        return out.view(T, k, -1).sum(1)
+    if T <= DENSE_EXPERT_TOKENS:
+        route_ = torch.zeros(T, E, dtype=torch.float32, device=x.device)
+        route_ = route_.scatter(1, topk_ids, topk_weights.float())  # [T, E]
+        g, u = torch.matmul(x, w_gate_up.float().transpose(1, 2)).chunk(2, dim=-1)  # [E, T, F]
+        h = mx((F.silu(g) * u).reshape(E * T, -1)).view(E, T, -1)
+        out = torch.bmm(h, w_down.float().transpose(1, 2))  # [E, T, D]
+        return torch.einsum("etd,te->td", out, route_)
+    tok = torch.arange(T, device=x.device).repeat_interleave(k)  # [T*k]
+    w = topk_weights.reshape(-1)
+    y = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
+    for e in torch.unique(ids).tolist():
+        sel = (ids == e).nonzero().squeeze(1)
+        t = tok[sel]
+        g, u = (x[t] @ w_gate_up[e].float().T).chunk(2, dim=-1)  # [n, F] each
+        out = mx(F.silu(g) * u) @ w_down[e].float().T  # [n, D]
+        y = y.index_add(0, t, out * w[sel, None].float())
+    return y
+
+
+def _values(w: MxWeight) -> Tensor:
+    """The values of expert weights: full precision as they are; pre-quantized ones
+    dequantized once per weight tensor (the cache above), or inline inside a compiled
+    graph, which cannot consult the cache (a Python dict) and is never stale."""
+    if not isinstance(w, tuple):
+        return w
+    if torch.compiler.is_compiling():
+        return mx_torch.dequantize(*w)
+    return dequantized_weights(*w)
 
 
 # ------------------------------------------------------------------- dispatch (the one place)
@@ -235,14 +324,28 @@ def moe_ffn(
     topk_ids: Tensor,
     w_gate_up: MxWeight,
     w_down: MxWeight,
+    *,
+    quantize: bool = True,
 ) -> Tensor:
     """SwiGLU experts on MXFP8 (see the module docstring and kernels.reference.moe_ffn).
 
     x [T, D], topk_weights [T, k], topk_ids [T, k] int, w_gate_up [E, 2F, D] (gate rows
     first), w_down [E, D, F]: full-precision weights (quantized here, and given
     gradients), or pre-quantized (q, scales) pairs MX along the last dim (for
-    sampling; no gradient). D and F multiples of 32. Returns y [T, D] in x's dtype.
+    sampling; no gradient). D and F multiples of 32. quantize=False: nothing is
+    rounded (the fp32 baseline; pre-quantized weights are dequantized). Returns y [T, D]
+    in x's dtype. The one place that picks the path (the module docstring).
     """
-    reference.moe_shapes(x, topk_weights, topk_ids, w_gate_up, w_down)  # clear errors
+    # Clear errors for bad arguments (the MX block only matters where something is MX).
+    mx = quantize or isinstance(w_gate_up, tuple) or isinstance(w_down, tuple)
+    reference.moe_shapes(x, topk_weights, topk_ids, w_gate_up, w_down, mx=mx)
+    pre_quantized = isinstance(w_gate_up, tuple)
+    sampling = pre_quantized and not torch.is_grad_enabled() and not use_triton(x)
+    if not quantize or sampling:
+        y = torch_experts(
+            x, topk_weights, topk_ids, _values(w_gate_up), _values(w_down),
+            mx_activations=quantize,
+        )  # fmt: skip
+        return y.to(x.dtype)
     weights = reference.function_weights(w_gate_up, w_down)
     return MoEFFN.apply(x, topk_weights, topk_ids, *weights)

@@ -24,12 +24,12 @@ def quantize(x: Tensor, dim: int = -1, rounding: str = "rceil") -> tuple[Tensor,
     50x faster on CPU than encoding from bits)."""
     if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise TypeError(f"mx_quantize takes float32, bfloat16 or float16, not {x.dtype}")
-    if x.shape[dim] % reference.BLOCK:
+    if x.shape[dim] % reference.MX_BLOCK:
         raise ValueError(
-            f"dimension {dim} has {x.shape[dim]} elements; MXFP8 needs a multiple of 32"
+            f"dimension {dim} has {x.shape[dim]} elements; MXFP8 needs a multiple of {reference.MX_BLOCK}"
         )
     moved = x.float().movedim(dim, -1)
-    blocks = moved.reshape(*moved.shape[:-1], -1, reference.BLOCK)  # [..., n // 32, 32]
+    blocks = moved.reshape(*moved.shape[:-1], -1, reference.MX_BLOCK)  # [..., n // 32, 32]
     s = reference.scale_bytes(blocks.abs().amax(-1, keepdim=True), rounding)  # NaN/Inf -> 255
     v = (blocks * _INV_SCALE.to(x.device)[s]).clamp(-reference.E4M3_MAX, reference.E4M3_MAX)
     q = torch.where(s == reference.E8M0_NAN, 0x7F, v.to(torch.float8_e4m3fn).view(torch.uint8))
@@ -41,7 +41,7 @@ def dequantize(q: Tensor, s: Tensor, dim: int = -1, dtype: torch.dtype = torch.f
     """reference.mx_dequantize bit for bit, with a table look-up per scale (several
     times faster on CPU)."""
     moved = q.float().movedim(dim, -1)  # torch's E4M3 decode is exact
-    blocks = moved.reshape(*moved.shape[:-1], -1, reference.BLOCK)  # [..., n // 32, 32]
+    blocks = moved.reshape(*moved.shape[:-1], -1, reference.MX_BLOCK)  # [..., n // 32, 32]
     scale = _SCALE.to(q.device)[s.movedim(dim, -1).long()]  # [..., n // 32]
     if scale.shape != blocks.shape[:-1]:
         raise ValueError(

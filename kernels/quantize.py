@@ -16,10 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
-from kernels import reference
 from kernels._mx_triton import decode_e4m3, e8m0_scale, encode_e4m3, pow2
+from kernels.reference import MX_BLOCK
 
-BLOCK = reference.BLOCK
 _ROUNDINGS = ("rceil", "floor")
 
 
@@ -114,8 +113,8 @@ def _view(shape: torch.Size, dim: int) -> tuple[int, int, int, int]:
         raise ValueError("cannot quantize a 0-d tensor")
     dim = dim % len(shape)
     n = shape[dim]
-    if n % BLOCK:
-        raise ValueError(f"dimension {dim} has {n} elements; MXFP8 needs a multiple of {BLOCK}")
+    if n % MX_BLOCK:
+        raise ValueError(f"dimension {dim} has {n} elements; MXFP8 needs a multiple of {MX_BLOCK}")
     outer = 1
     for size in shape[:dim]:
         outer *= size
@@ -146,9 +145,9 @@ def quantize(
     x = x.contiguous()
     q = torch.empty(x.shape, dtype=torch.uint8, device=x.device)
     scale_shape = list(x.shape)
-    scale_shape[dim] = n // BLOCK
+    scale_shape[dim] = n // MX_BLOCK
     s = torch.empty(scale_shape, dtype=torch.uint8, device=x.device)
-    blocks = outer * (n // BLOCK) * inner
+    blocks = outer * (n // MX_BLOCK) * inner
     if blocks:
         grid = (triton.cdiv(blocks, block_r),)
         bf16 = x.dtype == torch.bfloat16
@@ -169,7 +168,7 @@ def dequantize(
     """Triton mx_dequantize (see kernels.reference.mx_dequantize)."""
     dim, outer, n, inner = _view(q.shape, dim)
     expected = list(q.shape)
-    expected[dim] = n // BLOCK
+    expected[dim] = n // MX_BLOCK
     if list(scales.shape) != expected:
         raise ValueError(
             f"scales of shape {tuple(scales.shape)} do not fit values of shape {tuple(q.shape)}"
@@ -177,7 +176,7 @@ def dequantize(
     q = q.contiguous().view(torch.uint8)
     scales = scales.contiguous()
     y = torch.empty(q.shape, dtype=dtype, device=q.device)
-    blocks = outer * (n // BLOCK) * inner
+    blocks = outer * (n // MX_BLOCK) * inner
     if blocks:
         grid = (triton.cdiv(blocks, block_r),)
         _dequantize_kernel[grid](q, scales, y, blocks, n, inner, BLOCK_R=block_r)
@@ -193,16 +192,16 @@ def quantize_dual(
     if x.dim() != 2:
         raise ValueError("mx_quantize_dual takes a 2-D tensor")
     m, k = x.shape
-    if m % BLOCK or k % BLOCK:
-        raise ValueError(f"mx_quantize_dual needs both sides multiples of {BLOCK}, got {m}x{k}")
+    if m % MX_BLOCK or k % MX_BLOCK:
+        raise ValueError(f"mx_quantize_dual needs both sides multiples of {MX_BLOCK}, got {m}x{k}")
     x = x.contiguous()
     q_row = torch.empty((m, k), dtype=torch.uint8, device=x.device)
-    s_row = torch.empty((m, k // BLOCK), dtype=torch.uint8, device=x.device)
+    s_row = torch.empty((m, k // MX_BLOCK), dtype=torch.uint8, device=x.device)
     q_col = torch.empty((m, k), dtype=torch.uint8, device=x.device)
-    s_col = torch.empty((m // BLOCK, k), dtype=torch.uint8, device=x.device)
+    s_col = torch.empty((m // MX_BLOCK, k), dtype=torch.uint8, device=x.device)
     if m and k:
         bf16 = x.dtype == torch.bfloat16
-        _quantize_dual_kernel[(m // BLOCK, k // BLOCK)](
+        _quantize_dual_kernel[(m // MX_BLOCK, k // MX_BLOCK)](
             x.view(torch.int16) if bf16 else x, q_row, s_row, q_col, s_col, m, k,
             RCEIL=rceil, BF16=bf16,
         )  # fmt: skip

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-BLOCK = 32
+MX_BLOCK = 32  # values per MXFP8 block (one E8M0 scale each): the one definition
 E4M3_MAX = 448.0
 E8M0_BIAS = 127
 E8M0_NAN = 255
@@ -29,10 +29,10 @@ def _blocks(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, int]:
     """`x` moved so that `dim` is last and cut into blocks: [..., n // 32, 32]."""
     dim = dim % x.dim()
     n = x.shape[dim]
-    if n % BLOCK:
-        raise ValueError(f"dimension {dim} has {n} elements; MXFP8 needs a multiple of {BLOCK}")
+    if n % MX_BLOCK:
+        raise ValueError(f"dimension {dim} has {n} elements; MXFP8 needs a multiple of {MX_BLOCK}")
     moved = x.movedim(dim, -1)
-    return moved.reshape(*moved.shape[:-1], n // BLOCK, BLOCK), dim
+    return moved.reshape(*moved.shape[:-1], n // MX_BLOCK, MX_BLOCK), dim
 
 
 def scale_bytes(amax: torch.Tensor, rounding: str = "rceil") -> torch.Tensor:
@@ -182,19 +182,22 @@ def moe_shapes(
     topk_ids: torch.Tensor,
     w_gate_up: MxWeight,
     w_down: MxWeight,
+    *,
+    mx: bool = True,
 ) -> tuple[int, int, int, int, int]:
     """(T, k, D, F, E) of moe_ffn's arguments, or a ValueError/TypeError that says what
-    is wrong. (Expert ids are checked against E by kernels.routing.check_expert_ids.)"""
+    is wrong (with `mx`, D and F must be multiples of the MX block). (Expert ids are
+    checked against E by kernels.routing.check_expert_ids.)"""
 
     def shape(w: MxWeight, name: str) -> tuple[int, ...]:
         if isinstance(w, tuple):
             if len(w) != 2:
                 raise TypeError(f"{name} must be a tensor or a (q, scales) pair")
             q, s = w
-            if q.dim() != 3 or s.shape != (*q.shape[:2], q.shape[2] // BLOCK):
+            if q.dim() != 3 or s.shape != (*q.shape[:2], q.shape[2] // MX_BLOCK):
                 raise ValueError(
                     f"{name} (q {tuple(q.shape)}, scales {tuple(s.shape)}) is not MX-quantized "
-                    f"along its last dim ([E, N, K] and [E, N, K // {BLOCK}])"
+                    f"along its last dim ([E, N, K] and [E, N, K // {MX_BLOCK}])"
                 )
             return tuple(q.shape)
         if w.dim() != 3:
@@ -215,8 +218,8 @@ def moe_shapes(
     k = topk_ids.shape[1]
     E, F2, D1 = shape(w_gate_up, "w_gate_up")
     E2, D2, F = shape(w_down, "w_down")
-    if D % BLOCK or F % BLOCK:
-        raise ValueError(f"d_model ({D}) and d_ff ({F}) must be multiples of {BLOCK} for MXFP8")
+    if mx and (D % MX_BLOCK or F % MX_BLOCK):
+        raise ValueError(f"d_model ({D}) and d_ff ({F}) must be multiples of {MX_BLOCK} for MXFP8")
     if D1 != D or D2 != D:
         raise ValueError(
             f"x has d_model {D} but w_gate_up is {(E, F2, D1)} and w_down is {(E2, D2, F)}"
@@ -239,7 +242,7 @@ def _segment_round_trip(a: torch.Tensor) -> torch.Tensor:
     """MX along the rows (the pairs of one expert, in p order) in blocks of 32, the last
     block zero-padded: what the weight-gradient GEMMs contract over."""
     n = a.shape[0]
-    pad = -n % BLOCK
+    pad = -n % MX_BLOCK
     padded = torch.cat([a, a.new_zeros(pad, *a.shape[1:])]) if pad else a
     return mx_round_trip(padded, 0)[:n]
 

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-MX_BLOCK = 32  # MXFP8 block size: the expert GEMM dims must be multiples of it
+from kernels.reference import MX_BLOCK  # the expert GEMM dims must be multiples of it
 
 
 @dataclass

@@ -21,7 +21,6 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-import kernels
 from model.config import ModelConfig
 from model.model import Model
 
@@ -88,12 +87,15 @@ def from_hf(path: str | Path, precision: str = "mxfp8") -> Model:
     quantized = precision == "mxfp8"
     with torch.device("meta"):
         model = Model(config, precision=precision, quantized=quantized)
-    expected = model.state_dict()
+        # Our names with full-precision experts: a quantized model quantizes them as
+        # they load (MoE's load hook).
+        expected = Model(config, precision=precision).state_dict()
     if config.tie_word_embeddings:
         expected.pop("lm_head.weight", None)
 
     raw = _read_tensors(shard_files(path))
     state: dict[str, torch.Tensor] = {}
+    loaded: set[str] = set()  # expert weights, loaded as each layer is assembled
     experts: dict[int, dict] = {}  # layer -> {(j, proj) or proj: tensor}
     unexpected = []
     for hf_name, t in raw.items():
@@ -147,18 +149,18 @@ def from_hf(path: str | Path, precision: str = "mxfp8") -> Model:
                 raise CheckpointError(
                     f"layer {i} experts {name}: shape {tuple(t.shape)}, config needs {shape}"
                 )
-            t = t.float()
-            if quantized:
-                q, s = kernels.mx_quantize(t, -1)
-                state[f"layers.{i}.mlp.w_{name}_q"], state[f"layers.{i}.mlp.w_{name}_s"] = q, s
-            else:
-                state[f"layers.{i}.mlp.w_{name}"] = t
+        # Loaded layer by layer, so that a quantized model holds one layer's experts in
+        # full precision at a time (its load hook quantizes them on the way in).
+        model.layers[i].mlp.load_state_dict(
+            {"w_gate_up": gu.float(), "w_down": dn.float()}, strict=False, assign=True
+        )
+        loaded.update(f"layers.{i}.mlp.{w}" for w in ("w_gate_up", "w_down"))
     for i, rest in experts.items():
         unexpected += [f"model.layers.{i}.mlp.experts.{k}" for k in rest]
 
     if unexpected:
         raise CheckpointError(f"{path}: unexpected tensors: {sorted(map(str, unexpected))[:8]}")
-    missing = sorted(set(expected) - set(state))
+    missing = sorted(set(expected) - set(state) - loaded)
     if missing:
         raise CheckpointError(f"{path}: missing tensors (our names): {missing[:8]}")
     for name, t in state.items():
@@ -167,7 +169,7 @@ def from_hf(path: str | Path, precision: str = "mxfp8") -> Model:
             raise CheckpointError(
                 f"{path}: tensor {name} has shape {tuple(t.shape)}, config needs {tuple(want.shape)}"
             )
-        if want.dtype.is_floating_point and want.dtype != torch.float8_e4m3fn:
+        if want.dtype.is_floating_point:
             state[name] = t.to(want.dtype)
     model.load_state_dict(state, strict=False, assign=True)
     if config.tie_word_embeddings:

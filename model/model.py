@@ -7,8 +7,8 @@ Module names follow the Hugging Face checkpoint (minus its "model." prefix), so 
 model.hf maps names one to one except for the stacked experts.
 
 precision:
-  "fp32"   every weight full precision and nothing quantized in the expert path (an
-           fp32 SwiGLU loop): the parity baseline.
+  "fp32"   every weight full precision and nothing quantized in the expert path
+           (kernels.moe_ffn(quantize=False)): the parity baseline.
   "mxfp8"  experts through kernels.moe_ffn: full-precision nn.Parameters quantized inside
            the kernel (training), or, after `quantize_experts()`, pre-quantized (q, scales)
            buffers (sampling; no gradient to the experts).
@@ -23,8 +23,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 import kernels
-from kernels import mx_torch, use_triton
-from kernels.moe import dequantized_weights
 from model.config import ModelConfig
 
 PRECISIONS = ("fp32", "mxfp8")
@@ -170,75 +168,6 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-DENSE_EXPERT_TOKENS = 16  # up to this many tokens, every expert runs on every token
-
-
-def _pair_matvec(w: Tensor, ids: Tensor, v: Tensor) -> Tensor:
-    """w [E, N, K], ids [P], v [P, K] -> [P, N]: w[ids[p]] @ v[p] for each pair p.
-    Eagerly a batched matmul over the gathered weights; inside a compiled graph a
-    multiply-and-sum, which Inductor fuses with the gather into one loop that reads
-    each chosen weight once instead of copying it out first."""
-    if torch.compiler.is_compiling():
-        return (w[ids].float() * v[:, None, :]).sum(-1)
-    return torch.bmm(w[ids].float(), v[:, :, None])[..., 0]
-
-
-def moe_ffn_torch(
-    x: Tensor,
-    topk_weights: Tensor,
-    topk_ids: Tensor,
-    w_gate_up: Tensor,
-    w_down: Tensor,
-    *,
-    mx_activations: bool = False,
-) -> Tensor:
-    """SwiGLU experts in plain torch, fp32 (no autograd Function, no Triton): x [T, D],
-    topk_weights/ids [T, k], w_gate_up [E, 2F, D], w_down [E, D, F] -> [T, D].
-
-    With full-precision weights and mx_activations=False it is the unquantized layer
-    (the parity baseline). With dequantized MX weights and mx_activations=True, x and
-    the SwiGLU output are rounded through MXFP8 exactly where kernels.moe_ffn quantizes
-    them, so it computes kernels.moe_ffn's forward (up to fp32 summation order): the
-    sampling path on a CPU.
-
-    Three ways, by size: few (token, expert) pairs (decoding one sequence) gather their
-    weights and batch the matmuls; a decode batch (T <= DENSE_EXPERT_TOKENS) runs every
-    expert on every token and weights the results by the routing (zero for experts not
-    chosen); otherwise one pass per expert over its tokens. The first two have static
-    shapes and read nothing on the host, so a compiled decode step is one graph."""
-    T, k = topk_ids.shape
-    E = w_gate_up.shape[0]
-
-    def mx(a: Tensor) -> Tensor:  # [n, 32m] -> the same values rounded through MXFP8
-        return mx_torch.dequantize(*mx_torch.quantize(a, -1)) if mx_activations else a
-
-    x = mx(x.float())
-    ids = topk_ids.reshape(-1)  # [T*k]
-    if T * k <= E:
-        xs = x.repeat_interleave(k, 0)  # [T*k, D]
-        g, u = _pair_matvec(w_gate_up, ids, xs).chunk(2, dim=-1)  # [T*k, F] each
-        out = _pair_matvec(w_down, ids, mx(F.silu(g) * u))  # [T*k, D]
-        out = out * topk_weights.reshape(-1, 1).float()
-        return out.view(T, k, -1).sum(1)
-    if T <= DENSE_EXPERT_TOKENS:
-        route = torch.zeros(T, E, dtype=torch.float32, device=x.device)
-        route = route.scatter(1, topk_ids, topk_weights.float())  # [T, E]
-        g, u = torch.matmul(x, w_gate_up.float().transpose(1, 2)).chunk(2, dim=-1)  # [E, T, F]
-        h = mx((F.silu(g) * u).reshape(E * T, -1)).view(E, T, -1)
-        out = torch.bmm(h, w_down.float().transpose(1, 2))  # [E, T, D]
-        return torch.einsum("etd,te->td", out, route)
-    tok = torch.arange(T, device=x.device).repeat_interleave(k)  # [T*k]
-    w = topk_weights.reshape(-1)
-    y = torch.zeros(T, x.shape[1], dtype=torch.float32, device=x.device)
-    for e in torch.unique(ids).tolist():
-        sel = (ids == e).nonzero().squeeze(1)
-        t = tok[sel]
-        g, u = (x[t] @ w_gate_up[e].float().T).chunk(2, dim=-1)  # [n, F] each
-        out = mx(F.silu(g) * u) @ w_down[e].float().T  # [n, D]
-        y = y.index_add(0, t, out * w[sel, None].float())
-    return y
-
-
 def route(
     logits: Tensor, top_k: int, norm_topk_prob: bool, replay: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -264,7 +193,15 @@ def route(
 
 
 class MoE(nn.Module):
-    """Top-k softmax router and stacked SwiGLU experts."""
+    """Top-k softmax router and stacked SwiGLU experts.
+
+    The experts are full-precision Parameters w_gate_up [E, 2F, D] (gate rows first)
+    and w_down [E, D, F], or, once quantized for sampling, MXFP8 (q, scales) buffers
+    that only this class names: a state dict with full-precision experts loads into
+    quantized ones by quantizing them on the way in (the load hook, as gpt-fast's
+    Attention.load_hook), so importers and the RL weight sync need not know."""
+
+    WEIGHTS = ("w_gate_up", "w_down")
 
     def __init__(self, config: ModelConfig, precision: str, quantized: bool = False):
         super().__init__()
@@ -279,19 +216,34 @@ class MoE(nn.Module):
         if quantized:
             self._mx_buffers(
                 torch.empty(E, 2 * Fe, D, dtype=torch.float8_e4m3fn),
-                torch.empty(E, 2 * Fe, D // 32, dtype=torch.uint8),
+                torch.empty(E, 2 * Fe, D // kernels.MX_BLOCK, dtype=torch.uint8),
                 torch.empty(E, D, Fe, dtype=torch.float8_e4m3fn),
-                torch.empty(E, D, Fe // 32, dtype=torch.uint8),
+                torch.empty(E, D, Fe // kernels.MX_BLOCK, dtype=torch.uint8),
             )
         else:
             self.w_gate_up = nn.Parameter(torch.empty(E, 2 * Fe, D))  # gate rows first
             self.w_down = nn.Parameter(torch.empty(E, D, Fe))
+        self._register_load_state_dict_pre_hook(self._load_hook)
 
     def _mx_buffers(self, gu_q: Tensor, gu_s: Tensor, d_q: Tensor, d_s: Tensor) -> None:
         self.register_buffer("w_gate_up_q", gu_q)  # [E, 2F, D] float8_e4m3fn
         self.register_buffer("w_gate_up_s", gu_s)  # [E, 2F, D/32] uint8 E8M0
         self.register_buffer("w_down_q", d_q)  # [E, D, F]
         self.register_buffer("w_down_s", d_s)  # [E, D, F/32]
+
+    @classmethod
+    def quantize_state(cls, state: dict[str, Tensor], prefix: str) -> None:
+        """Replace the full-precision experts under `prefix` in `state` by MXFP8 (q,
+        scales) entries, as a quantized MoE holds them (in place)."""
+        for name in cls.WEIGHTS:
+            key = prefix + name
+            if key in state:
+                q, s = kernels.mx_quantize(state.pop(key).float(), -1)
+                state[f"{key}_q"], state[f"{key}_s"] = q, s
+
+    def _load_hook(self, state_dict, prefix, *args) -> None:
+        if self.quantized:
+            self.quantize_state(state_dict, prefix)
 
     @torch.no_grad()
     def quantize_experts(self) -> None:
@@ -318,26 +270,10 @@ class MoE(nn.Module):
         logits = self.gate(h)  # [T, E]
         replayed = None if replay is None else replay.reshape(-1, self.top_k)
         topk_w, topk_ids = route(logits, self.top_k, self.norm_topk_prob, replayed)
-        topk_w = topk_w.to(x.dtype)
-        w_gate_up, w_down = self.expert_weights()
-        # Plain torch for the fp32 baseline, and for sampling pre-quantized experts on a
-        # CPU (same numerics as kernels.moe_ffn there, but a static-shape decode step);
-        # kernels.moe_ffn for training and on CUDA.
-        cpu_sampling = self.quantized and not torch.is_grad_enabled() and not use_triton(h)
-        if self.precision == "fp32" or cpu_sampling:
-            if self.quantized and torch.compiler.is_compiling():
-                # A compiled step cannot consult the cache (a Python dict): it
-                # dequantizes inline, fused into its kernels, and is never stale.
-                w_gate_up, w_down = mx_torch.dequantize(*w_gate_up), mx_torch.dequantize(*w_down)
-            elif self.quantized:
-                # Once per weight tensor, not per forward (kernels.moe's cache).
-                w_gate_up = dequantized_weights(*w_gate_up)
-                w_down = dequantized_weights(*w_down)
-            mx_act = self.precision == "mxfp8"
-            y = moe_ffn_torch(h, topk_w, topk_ids, w_gate_up, w_down, mx_activations=mx_act)
-            y = y.to(h.dtype)
-        else:
-            y = kernels.moe_ffn(h, topk_w, topk_ids, w_gate_up, w_down)
+        quantize = self.precision == "mxfp8"
+        y = kernels.moe_ffn(
+            h, topk_w.to(x.dtype), topk_ids, *self.expert_weights(), quantize=quantize
+        )
         return y.view(B, L, D), logits, topk_ids
 
 
@@ -401,6 +337,17 @@ class Model(nn.Module):
     @property
     def quantized(self) -> bool:
         return any(isinstance(m, MoE) and m.quantized for m in self.modules())
+
+    def sampling_state(self) -> dict[str, Tensor]:
+        """The weights as a sampling copy of this model holds them: a detached CPU copy
+        of the state dict, MXFP8 experts quantized (what the RL trainer ships to its
+        inference actors; it loads into a quantized Model)."""
+        state = {k: v.detach().to("cpu", copy=True) for k, v in self.state_dict().items()}
+        if self.precision == "mxfp8":
+            for name, module in self.named_modules():
+                if isinstance(module, MoE) and not module.quantized:
+                    MoE.quantize_state(state, f"{name}.")
+        return state
 
     def quantize_experts(self) -> Model:
         """Pre-quantize every expert weight to MXFP8 buffers (inference; sets mxfp8)."""

@@ -62,6 +62,20 @@ def find_tokenizer(checkpoint_dir: Path, tokenizer: str | Path | None = None) ->
     )
 
 
+def local_policy(checkpoint_dir: str) -> LocalPolicy:
+    """The `local:CHECKPOINT_DIR` policy kind (see agent.policy.POLICY_FACTORIES); an
+    empty directory means the bundled model."""
+    path = Path(checkpoint_dir).expanduser() if checkpoint_dir else bundled_checkpoint()
+    if not path.is_dir():
+        raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
+    if not (path / "manifest.json").is_file():
+        raise PolicyError(
+            f"local policy: {path} is not a tachy checkpoint (no manifest.json); "
+            "write one with model.save, or import a Hugging Face model with model.from_hf"
+        )
+    return LocalPolicy(path)
+
+
 class LocalPolicy:
     """Options: tokenizer (path), device, max_batch, max_seq, compile (Engine), and the
     sampling defaults max_new_tokens, temperature, top_p, top_k, seed (SamplingParams)."""

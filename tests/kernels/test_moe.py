@@ -249,3 +249,25 @@ def test_dequantized_weights_are_reused_but_never_stale(torch_path: None) -> Non
     assert torch.equal(
         moe.dequantized_weights(q2, other_s), reference.mx_dequantize(q2, other_s, -1)
     )
+
+
+@pytest.mark.parametrize("T", [3, 10, 40])  # gathered pairs, every expert, per-expert loop
+def test_torch_experts_match_reference(T, torch_path):
+    from kernels import mx_quantize
+    from kernels.moe import dequantized_weights, torch_experts
+
+    w_gate_up, w_down = torch.randn(8, 2 * 64, 64) * 0.05, torch.randn(8, 64, 64) * 0.05
+    x = torch.randn(T, 64)
+    w = torch.rand(T, 2)
+    e = torch.stack([torch.randperm(8)[:2] for _ in range(T)])
+    got = torch_experts(x, w, e, w_gate_up, w_down, mx_activations=False)
+    want = reference.moe_ffn(x, w, e, w_gate_up, w_down, quantize=False)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+    # MX activations over dequantized MX weights: the kernels' forward
+    gu, d = mx_quantize(w_gate_up, -1), mx_quantize(w_down, -1)
+    got = torch_experts(
+        x, w, e, dequantized_weights(*gu), dequantized_weights(*d), mx_activations=True
+    )
+    want = reference.moe_ffn(x, w, e, gu, d, quantize=True)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -87,38 +87,13 @@ def test_routing_and_aux_loss():
     assert isinstance(m(ids()), torch.Tensor)  # plain call: logits only
 
 
-@pytest.mark.parametrize("T", [3, 10, 40])  # gathered pairs, every expert, per-expert loop
-def test_torch_experts_match_reference(T):
-    from kernels import mx_quantize, reference
-    from model.model import moe_ffn_torch
-
-    m = make_model("fp32")
-    moe = m.layers[0].mlp
-    x = torch.randn(T, 64)
-    w = torch.rand(T, 2)
-    e = torch.stack([torch.randperm(8)[:2] for _ in range(T)])
-    got = moe_ffn_torch(x, w, e, moe.w_gate_up, moe.w_down)
-    want = reference.moe_ffn(x, w, e, moe.w_gate_up, moe.w_down, quantize=False)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-
-    # MX activations over dequantized MX weights: the kernels' forward
-    gu, d = mx_quantize(moe.w_gate_up.detach(), -1), mx_quantize(moe.w_down.detach(), -1)
-    from kernels.moe import dequantized_weights
-
-    got = moe_ffn_torch(
-        x, w, e, dequantized_weights(*gu), dequantized_weights(*d), mx_activations=True
-    )
-    want = reference.moe_ffn(x, w, e, gu, d, quantize=True)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
-
-
 def test_cpu_sampling_of_quantized_experts_matches_kernel(torch_path):
     """Sampling pre-quantized experts on a CPU takes the plain-torch layer (static
     shapes, compilable); it computes what kernels.moe_ffn does, which training runs."""
     m = make_model("mxfp8").quantize_experts()
     x = ids((2, 5))
     with torch.no_grad():
-        sampled = m(x)  # moe_ffn_torch(mx_activations=True)
+        sampled = m(x)  # kernels.moe.torch_experts(mx_activations=True)
     with torch.enable_grad():
         trained = m(x)  # kernels.moe_ffn (grad mode on)
     torch.testing.assert_close(sampled, trained, rtol=1e-5, atol=1e-5)
