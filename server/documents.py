@@ -4,6 +4,9 @@ pygls applies didOpen/didChange/didClose to its own TextDocuments on the event l
 after each, the server stores an immutable Snapshot here, keyed by the file's real
 path. The agent's tools read snapshots from worker threads, so a reader always sees
 one whole version of a document, never half of a change.
+
+DocumentSync is the feature: didOpen/didChange/didSave/didClose mirror pygls'
+document into the overlay and tell the folder's index what changed.
 """
 
 from __future__ import annotations
@@ -11,10 +14,16 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from lsprotocol import types
 from pygls.uris import from_fs_path, to_fs_path
+
+if TYPE_CHECKING:
+    from server.folders import Folders
 
 
 @dataclass(frozen=True)
@@ -82,3 +91,43 @@ class Documents:
         """Open documents inside `root`."""
         with self._lock:
             return [s for p, s in self._by_path.items() if root in p.parents]
+
+
+class DocumentSync:
+    def __init__(
+        self, documents: Documents, folders: Folders, text_document: Callable[[str], Any]
+    ) -> None:
+        self.documents = documents
+        self.folders = folders
+        self.text_document = text_document  # pygls' TextDocument of a uri
+
+    def on_opened(self, params: types.DidOpenTextDocumentParams) -> None:
+        self.folders.on_document_opened(params.text_document.uri)
+        self._sync(params.text_document.uri)
+
+    def on_changed(self, params: types.DidChangeTextDocumentParams) -> None:
+        self._sync(params.text_document.uri)
+
+    def on_saved(self, params: types.DidSaveTextDocumentParams) -> None:
+        self._sync(params.text_document.uri)
+
+    def on_closed(self, params: types.DidCloseTextDocumentParams) -> None:
+        self._sync(params.text_document.uri, closed=True)
+
+    def _sync(self, uri: str, closed: bool = False) -> None:
+        """Mirror pygls' document into the overlay and tell the folder's index."""
+        if closed:
+            snap = self.documents.remove(uri)
+            path = snap.path if snap else uri_to_path(uri)
+            text = None
+        else:
+            doc = self.text_document(uri)
+            snap = self.documents.put(uri, doc.version or 0, doc.source)
+            path = snap.path if snap else None
+            text = snap.data if snap else None
+        if path is None:
+            return
+        where = self.folders.relative(path)
+        if where is not None:
+            folder, rel = where
+            folder.changed(rel, text)

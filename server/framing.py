@@ -21,12 +21,14 @@ chunks and holds at most MAX_MESSAGE_BYTES plus a chunk in memory:
   holds no raw CR or LF, and the words are not JSON outside a string), so the scan
   cannot stop inside a well-formed message, and the requests after the bad frame are
   served as usual.
+
+What this takes from pygls beyond its public API is named in server/pygls_internals.py
+(the "serving" helpers there).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import sys
@@ -35,7 +37,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pygls.exceptions import JsonRpcException
-from pygls.io_ import StdoutWriter
+
+from server import pygls_internals as internals
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +154,7 @@ async def serve_frames(server: Any, reader: FrameReader, stop_event: threading.E
         if body is None:
             break
         try:
-            message = json.loads(body, object_hook=server.protocol.structure_message)
-            server.protocol.handle_message(message)
+            internals.handle(server, internals.read_message(server, body))
         except Exception as exc:
             log.debug("unable to handle a message", exc_info=True)
             server.report_server_error(exc, JsonRpcException)
@@ -180,9 +182,10 @@ def start_io(server: Any) -> None:
     """pygls' JsonRPCServer._start_io_async, reading stdin with FrameReader. The reads
     run on the server's thread pool, as pygls' do (stdin cannot be read without
     blocking)."""
-    server._stop_event = stop_event = threading.Event()
+    stop_event = threading.Event()
+    internals.set_stop_event(server, stop_event)
     stdin = sys.stdin.buffer
-    server.protocol.set_writer(StdoutWriter(sys.stdout.buffer))
+    server.protocol.set_writer(internals.stdout_writer(sys.stdout.buffer))
 
     def read(n: int) -> Awaitable[bytes]:
         # read1: whatever one read of the pipe gives, so a message is handled as soon as
@@ -202,7 +205,8 @@ def start_io(server: Any) -> None:
 def start_tcp(server: Any, host: str, port: int) -> None:
     """pygls' JsonRPCServer.start_tcp (one client at a time), reading each connection
     with FrameReader."""
-    server._stop_event = stop_event = threading.Event()
+    stop_event = threading.Event()
+    internals.set_stop_event(server, stop_event)
 
     async def connection(stream: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         server.protocol.set_writer(writer)
@@ -210,9 +214,10 @@ def start_tcp(server: Any, host: str, port: int) -> None:
         server.shutdown()
 
     async def listen() -> None:
-        server._server = await asyncio.start_server(connection, host, port)
-        async with server._server:
-            await server._server.serve_forever()
+        listener = await asyncio.start_server(connection, host, port)
+        internals.set_tcp_server(server, listener)
+        async with listener:
+            await listener.serve_forever()
 
     try:
         asyncio.run(listen())

@@ -6,11 +6,21 @@ handler receives are decoded with `decode`, so a malformed request is answered w
 an InvalidParams error that names the bad field.
 
 Direction: C→S is a request or notification from the editor, S→C from the server.
+METHODS and COMMANDS at the end list each method with its params and result types.
+
+This file is the protocol's one source: `python -m server.protocol --write` writes
+extensions/protocol/tachy.json from it (`--check` says whether that file is current);
+tests/extensions/test_protocol.py checks the editor extensions against that file.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import json
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
 
 import msgspec
 
@@ -79,9 +89,13 @@ class IndexStatusParams(Wire):
     pass
 
 
+# lexical: searchable, embeddings pending; disabled: indexing is turned off.
+IndexState = Literal["starting", "indexing", "empty", "lexical", "ready", "failed", "disabled"]
+
+
 class FolderStatus(Wire):
     uri: str
-    state: str  # indexing | empty | lexical (embeddings pending) | ready | failed
+    state: IndexState
     files: int
     chunks: int
     embedded: int
@@ -89,7 +103,7 @@ class FolderStatus(Wire):
 
 
 class IndexStatusResult(Wire):
-    state: str  # the least ready folder's state
+    state: IndexState  # the least ready folder's state
     files: int
     chunks: int
     embedded: int
@@ -116,9 +130,13 @@ class AgentRunParams(Wire):
     work_done_token: str | int | None = None
 
 
+StopReason = Literal["end_turn", "max_turns", "cancelled", "error"]
+SessionState = Literal["running", "cancelling", "finished", "unknown"]
+
+
 class AgentRunResult(Wire):
     session_id: str
-    stop_reason: str  # end_turn | max_turns | cancelled | error
+    stop_reason: StopReason
     final_text: str = ""
     error: str = ""
     changed_files: list[str] = msgspec.field(default_factory=list)
@@ -137,7 +155,7 @@ class AgentCancelParams(Wire):
 class AgentCancelResult(Wire):
     # False when the session had already ended or was already being cancelled.
     cancelled: bool
-    state: str  # running | cancelling | finished | unknown
+    state: SessionState
     message: str = ""
 
 
@@ -160,14 +178,17 @@ REVIEW_REJECT = "tachy/review/reject"  # C→S request
 REVIEW_LIST = "tachy/review/list"  # C→S request: proposals not yet settled
 
 
+# pending: waiting for the user | applied | rejected | reverted | failed | cancelled
+ProposalState = Literal["pending", "applied", "rejected", "reverted", "failed", "cancelled"]
+
+
 class Proposal(Wire):
     proposal_id: str
     session_id: str
     uri: str
     path: str  # workspace-relative
     kind: Literal["edit", "create", "delete"]
-    # pending: waiting for the user | applied | rejected | reverted | failed | cancelled
-    state: str
+    state: ProposalState
     # An LSP WorkspaceEdit turning the editor's current text into the agent's; the
     # editor can show it as a diff. For an open document it carries its version.
     edit: dict[str, Any]
@@ -180,7 +201,7 @@ class ReviewDecisionParams(Wire):
 
 class ReviewDecisionResult(Wire):
     ok: bool
-    state: str
+    state: ProposalState  # the proposal's state after the decision
     message: str = ""
 
 
@@ -223,3 +244,130 @@ class AskToFixArgs(Wire):
 
 class AskToFixResult(Wire):
     session_id: str
+
+
+# ---------------------------------------------------------------- the table
+class Method(NamedTuple):
+    name: str
+    kind: Literal["request", "notification"]
+    direction: Literal["clientToServer", "serverToClient"]
+    params: type[Wire]
+    result: type[Wire] | None = None  # requests only
+
+
+class Command(NamedTuple):
+    name: str
+    arguments: list[type[Wire]]  # positional
+    result: type[Wire]
+
+
+C2S, S2C = "clientToServer", "serverToClient"
+METHODS = [
+    Method(SEARCH, "request", C2S, SearchParams, SearchResult),
+    Method(INDEX_STATUS, "request", C2S, IndexStatusParams, IndexStatusResult),
+    Method(AGENT_RUN, "request", C2S, AgentRunParams, AgentRunResult),
+    Method(AGENT_EVENT, "notification", S2C, AgentEventParams),
+    Method(AGENT_CANCEL, "request", C2S, AgentCancelParams, AgentCancelResult),
+    Method(REVIEW_PROPOSE, "notification", S2C, Proposal),
+    Method(REVIEW_ACCEPT, "request", C2S, ReviewDecisionParams, ReviewDecisionResult),
+    Method(REVIEW_REJECT, "request", C2S, ReviewDecisionParams, ReviewDecisionResult),
+    Method(REVIEW_LIST, "request", C2S, ReviewListParams, ReviewListResult),
+    Method(DIAGNOSTICS, "notification", C2S, DiagnosticsParams),
+]
+COMMANDS = [Command(ASK_TO_FIX, [AskToFixArgs], AskToFixResult)]
+
+
+# ------------------------------------------------------------ tachy.json
+SPEC_FILE = Path(__file__).resolve().parents[1] / "extensions" / "protocol" / "tachy.json"
+_SCALARS = {str: "string", int: "integer", float: "number", bool: "boolean", Any: "any"}
+
+
+def spec_type(tp: Any) -> str:
+    """A field's type as a tachy.json type string (see extensions/protocol/README.md);
+    a Literal is its values' type."""
+    if tp in _SCALARS:
+        return _SCALARS[tp]
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is Literal:
+        [kind] = {_SCALARS[type(a)] for a in args}
+        return kind
+    if origin is list:
+        return spec_type(args[0]) + "[]"
+    if origin is dict and args[0] is str:
+        return "object"
+    if origin in (typing.Union, types.UnionType):
+        return "|".join(spec_type(a) for a in args if a is not type(None))
+    if isinstance(tp, type) and issubclass(tp, Wire):
+        return tp.__name__
+    raise TypeError(f"no tachy.json type for {tp!r}")
+
+
+def wire_types() -> list[type[Wire]]:
+    """Every Wire struct of this module, in the order they are declared."""
+    found = [v for v in globals().values() if isinstance(v, type) and issubclass(v, Wire)]
+    return [cls for cls in found if cls is not Wire]
+
+
+def spec() -> dict[str, Any]:
+    """The protocol as tachy.json holds it."""
+    methods = []
+    for m in METHODS:
+        entry = {"name": m.name, "kind": m.kind, "direction": m.direction}
+        entry["params"] = m.params.__name__
+        if m.result is not None:
+            entry["result"] = m.result.__name__
+        methods.append(entry)
+    commands = [
+        {
+            "name": c.name,
+            "arguments": [a.__name__ for a in c.arguments],
+            "result": c.result.__name__,
+        }
+        for c in COMMANDS
+    ]
+    kinds = {
+        cls.__name__: {
+            f.encode_name: spec_type(f.type) + ("" if f.required else "?")
+            for f in msgspec.structs.fields(cls)
+        }
+        for cls in wire_types()
+    }
+    return {"methods": methods, "commands": commands, "types": kinds}
+
+
+def render(value: dict[str, Any]) -> str:
+    """tachy.json's text: one line per method, command and type."""
+
+    def block(key: str, rows: list[str], close: str) -> str:
+        return f'  "{key}": {close[0]}\n' + ",\n".join(f"    {r}" for r in rows) + f"\n  {close[1]}"
+
+    dump = json.dumps
+    parts = [
+        block("methods", [dump(m, ensure_ascii=False) for m in value["methods"]], "[]"),
+        block("commands", [dump(c, ensure_ascii=False) for c in value["commands"]], "[]"),
+        block("types", [f"{dump(k)}: {dump(v)}" for k, v in value["types"].items()], "{}"),
+    ]
+    return "{\n" + ",\n".join(parts) + "\n}\n"
+
+
+def main(argv: list[str]) -> int:
+    """`python -m server.protocol [--write | --check]`: print tachy.json, write it, or
+    check that the committed file is current (exit 1 when it is not)."""
+    text = render(spec())
+    if argv == ["--write"]:
+        SPEC_FILE.write_text(text)
+        print(f"wrote {SPEC_FILE}", file=sys.stderr)
+    elif argv == ["--check"]:
+        if SPEC_FILE.read_text() != text:
+            print(f"{SPEC_FILE} is out of date: run python -m server.protocol --write")
+            return 1
+    elif argv:
+        print("usage: python -m server.protocol [--write | --check]", file=sys.stderr)
+        return 2
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

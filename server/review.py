@@ -16,6 +16,9 @@ or wrote it) is refused, never merged: the model must read it again. The same ho
 when the user types while an edit waits for review. A revert is refused when the file
 changed after the agent's edit. `tachy/review/propose` is sent again whenever a
 proposal's state changes, so an editor can keep its list current.
+
+Review is the feature: `tachy/review/accept`, `reject` and `list`, on the one board,
+made when it is first needed (on the event loop).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from pygls.exceptions import JsonRpcInvalidParams
 
 from agent.tools.base import run_blocking
 from agent.tools.edit import unified_diff
@@ -413,6 +418,36 @@ class ReviewBoard:
                 continue
             if proposal.decision is not None and not proposal.decision.done():
                 proposal.decision.cancel()
+
+
+class Review:
+    def __init__(self, editor: Editor, documents: Documents, approval: Callable[[], str]) -> None:
+        self.editor = editor
+        self.documents = documents
+        self.approval = approval
+        self._board: ReviewBoard | None = None
+
+    def board(self) -> ReviewBoard:
+        if self._board is None:
+            self._board = ReviewBoard(
+                self.editor, self.documents, self.approval, asyncio.get_running_loop()
+            )
+        return self._board
+
+    async def on_accept(self, args: p.ReviewDecisionParams) -> p.ReviewDecisionResult:
+        try:
+            return await self.board().accept(args.proposal_id)
+        except KeyError as exc:
+            raise JsonRpcInvalidParams(exc.args[0]) from None
+
+    async def on_reject(self, args: p.ReviewDecisionParams) -> p.ReviewDecisionResult:
+        try:
+            return await self.board().reject(args.proposal_id)
+        except KeyError as exc:
+            raise JsonRpcInvalidParams(exc.args[0]) from None
+
+    def on_list(self, args: p.ReviewListParams) -> p.ReviewListResult:
+        return p.ReviewListResult(proposals=self.board().pending(args.session_id))
 
 
 class EditorWorkspace(Workspace):

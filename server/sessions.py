@@ -6,6 +6,9 @@ forwarded diagnostics, and the folder's live index.
 Every transcript event is sent as a `tachy/agent/event` notification the moment the
 executor emits it. A run that fails in any way ends with a `final` event and an
 answer; it never takes the server (or the other sessions) down.
+
+AgentRuns is the feature: `tachy/agent/run` and `tachy/agent/cancel`, in the workspace
+folder a run names (or the first), with the current settings.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pygls.exceptions import JsonRpcInvalidParams
+
 from agent import events as ev
 from agent.executor import Executor
 from agent.lints import LintRunner
@@ -28,8 +33,11 @@ from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ToolContext
 from server import protocol as p
 from server.config import Settings
+from server.configuration import Configuration
 from server.diagnostics import ForwardedDiagnostics
-from server.documents import Documents
+from server.documents import Documents, uri_to_path
+from server.errors import failed
+from server.folders import Folders
 from server.indexing import AgentIndex, FolderIndex
 from server.review import EditorWorkspace, ReviewBoard
 
@@ -217,6 +225,46 @@ class Sessions:
                     tasks.append(session.task)
         if tasks:
             await asyncio.wait(tasks, timeout=10)
+
+
+class AgentRuns:
+    def __init__(self, configuration: Configuration, folders: Folders, sessions: Sessions) -> None:
+        self.configuration = configuration
+        self.folders = folders
+        self.sessions = sessions
+
+    async def on_agent_run(self, args: p.AgentRunParams) -> p.AgentRunResult:
+        await self.configuration.ready.wait()
+        folder = self.run_folder(args.workspace_folder)
+        try:
+            return await self.sessions.run(args, self.configuration.settings, folder)
+        except SessionError as exc:
+            raise failed(str(exc)) from None
+
+    async def on_agent_cancel(self, args: p.AgentCancelParams) -> p.AgentCancelResult:
+        await self.configuration.ready.wait()  # stays ordered after a run sent just before it
+        return self.sessions.cancel(args.session_id)
+
+    async def on_shutdown(self) -> None:
+        await self.sessions.cancel_all()
+
+    def run_folder(self, uri: str | None, near: str | None = None) -> Path:
+        """The folder a run works in: the one named, else the one holding `near`, else
+        the first."""
+        if uri is not None:
+            path = uri_to_path(uri)
+            if path is None or self.folders.get(path) is None:
+                raise JsonRpcInvalidParams(f"{uri} is not a workspace folder")
+            return path
+        if near is not None:
+            path = uri_to_path(near)
+            folder = self.folders.folder_for(path) if path else None
+            if folder is not None:
+                return folder.root
+        first = self.folders.first()
+        if first is None:
+            raise failed("there is no workspace folder to work in")
+        return first
 
 
 def _first_arg(args: dict[str, Any]) -> str:

@@ -1,7 +1,9 @@
-"""The tachy/* protocol is declared once in extensions/protocol/tachy.json; the server
-(server/protocol.py and the handlers server/lsp.py registers), the VS Code extension
-(extensions/vscode/src/lsp_ext.ts) and the Neovim plugin
-(extensions/nvim/lua/tachy/protocol.lua) must each say exactly the same."""
+"""The tachy/* protocol is declared once, in server/protocol.py, and
+extensions/protocol/tachy.json is generated from it (`python -m server.protocol
+--write`); the server (server/protocol.py and the handlers server/lsp.py registers),
+the VS Code extension (extensions/vscode/src/lsp_ext.ts, string unions and transcript
+events included) and the Neovim plugin (extensions/nvim/lua/tachy/protocol.lua) must
+each say exactly the same."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from agent import events as agent_events
 from server import protocol as p
 from server import review, sessions
 from server.lsp import TachyServer
@@ -75,6 +78,13 @@ def test_spec_is_well_formed(spec: dict[str, Any]) -> None:
                 assert base in BASIC or base in names, (
                     f"{type_name}.{field}: {base!r} is neither a basic type nor in types"
                 )
+
+
+def test_spec_file_is_generated_from_server_protocol() -> None:
+    assert SPEC_FILE.read_text() == p.render(p.spec()), (
+        f"{SPEC_FILE} is not what server/protocol.py says: run python -m server.protocol --write"
+    )
+    assert p.main(["--check"]) == 0
 
 
 # ------------------------------------------------------------------ the server
@@ -161,11 +171,22 @@ def _handler_source(server: TachyServer, handler: Any) -> str:
     return inspect.getsource(getattr(TachyServer, handler.__name__))
 
 
-def _result_types(source: str) -> set[str]:
-    """Wire types a handler builds, or that the board/session methods it calls return."""
+def _owners(server: TachyServer) -> list[type]:
+    """The classes whose methods a handler calls: the server's features, and the board
+    and sessions they delegate to."""
+    features = [
+        type(value)
+        for value in vars(server).values()
+        if type(value).__module__.startswith("server.")
+    ]
+    return [*features, review.ReviewBoard, sessions.Sessions]
+
+
+def _result_types(source: str, owners: list[type]) -> set[str]:
+    """Wire types a handler builds, or that the feature methods it calls return."""
     names = set(re.findall(r"\bp\.([A-Z]\w+)\b", source))
     for called in re.findall(r"\.(\w+)\(", source):
-        for owner in (review.ReviewBoard, sessions.Sessions):
+        for owner in owners:
             func = getattr(owner, called, None)
             if callable(func):
                 annotation = inspect.signature(func).return_annotation
@@ -175,6 +196,7 @@ def _result_types(source: str) -> set[str]:
 
 def test_server_registers_and_types_every_client_method(spec: dict[str, Any]) -> None:
     server = TachyServer()
+    owners = _owners(server)
     features = server.protocol.fm.features
     for m in spec["methods"]:
         if m["direction"] != "clientToServer":
@@ -186,8 +208,8 @@ def test_server_registers_and_types_every_client_method(spec: dict[str, Any]) ->
             f"{m['name']}: the handler decodes {decoded}, tachy.json says {m['params']}"
         )
         if "result" in m:
-            assert m["result"] in _result_types(source), (
-                f"{m['name']}: the handler answers none of {sorted(_result_types(source))} "
+            assert m["result"] in _result_types(source, owners), (
+                f"{m['name']}: the handler answers none of {sorted(_result_types(source, owners))} "
                 f"with {m['result']}"
             )
     for c in spec["commands"]:
@@ -195,7 +217,7 @@ def test_server_registers_and_types_every_client_method(spec: dict[str, Any]) ->
         source = _handler_source(server, server.protocol.fm.commands[c["name"]])
         decoded = re.findall(r"decode\(arguments\[(\d+)\], p\.(\w+)\)", source)
         assert [t for _, t in sorted(decoded)] == c["arguments"], f"{c['name']}: {decoded}"
-        assert c["result"] in _result_types(source), c["name"]
+        assert c["result"] in _result_types(source, owners), c["name"]
 
 
 def test_server_sends_every_server_method_with_its_type(spec: dict[str, Any]) -> None:
@@ -220,20 +242,68 @@ def test_server_sends_every_server_method_with_its_type(spec: dict[str, Any]) ->
 
 
 # ------------------------------------------------------------ the VS Code side
-def ts_type(text: str) -> list[str]:
+def split_top(text: str, sep: str) -> list[str]:
+    """`text` split at `sep` outside braces and angle brackets."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        if ch in "{<":
+            depth += 1
+        elif ch in "}>":
+            depth -= 1
+        elif ch == sep and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return [part for part in parts if part]
+
+
+def ts_aliases(source: str) -> dict[str, list[str]]:
+    """`export type Name = A | B | ...;` declarations: name -> the union's members."""
+    return {
+        m[1]: split_top(m[2], "|")
+        for m in re.finditer(r"^export type (\w+) =\s*(.*?);$", source, re.M | re.S)
+    }
+
+
+def ts_literals(text: str, aliases: dict[str, list[str]]) -> set[str] | None:
+    """The string literals a field type allows (through aliases); None when it is not
+    a union of string literals."""
+    values: set[str] = set()
+    for part in split_top(text, "|"):
+        if part in aliases:
+            inner = ts_literals(" | ".join(aliases[part]), aliases)
+            if inner is None:
+                return None
+            values |= inner
+        elif re.fullmatch(r'"[^"]*"', part):
+            values.add(part[1:-1])
+        else:
+            return None
+    return values
+
+
+def ts_type(text: str, aliases: dict[str, list[str]] | None = None) -> list[str]:
     """A TypeScript field type as normalized parts: number for integer and number,
-    string literals as string, index signatures as object."""
+    string literals (and aliases of them) as string, index signatures, records and
+    aliases of object types as object."""
+    aliases = aliases or {}
     parts: list[str] = []
-    for part in (x.strip() for x in text.split("|")):
+    for part in split_top(text, "|"):
         if part.endswith("[]"):
-            [inner] = ts_type(part[:-2])
+            [inner] = ts_type(part[:-2], aliases)
             norm = inner + "[]"
         elif re.fullmatch(r'"[^"]*"', part):
             norm = "string"
         elif re.fullmatch(r"\{\s*\[\w+: string\]: unknown;?\s*\}|Record<string, unknown>", part):
             norm = "object"
+        elif re.fullmatch(r"\{.*\}", part, re.S):
+            norm = "object"  # an object type: an alias's member (a transcript event)
         elif part in ("unknown", "any"):
             norm = "any"
+        elif part in aliases:
+            members = {n for member in aliases[part] for n in ts_type(member, aliases)}
+            assert len(members) == 1, f"lsp_ext.ts: the type {part} mixes {sorted(members)}"
+            norm = members.pop()
         elif re.fullmatch(r"\w+", part):
             norm = part
         else:
@@ -250,7 +320,9 @@ def spec_parts(type_string: str) -> list[str]:
 
 
 def parse_lsp_ext(source: str) -> tuple[dict, dict, dict]:
-    """(methods, commands, interfaces) declared in lsp_ext.ts."""
+    """(methods, commands, interfaces) declared in lsp_ext.ts; an interface maps each
+    field to (optional, normalized types, the type as written)."""
+    aliases = ts_aliases(source)
     methods = {}
     for m in re.finditer(
         r"export const (\w+) = new lc\.(RequestType|NotificationType)<([^>]*)>\(\s*\"([^\"]+)\",?\s*\);",
@@ -279,7 +351,7 @@ def parse_lsp_ext(source: str) -> tuple[dict, dict, dict]:
         "lsp_ext.ts has a command declaration the test cannot read"
     )
 
-    interfaces: dict[str, dict[str, tuple[bool, list[str]]]] = {}
+    interfaces: dict[str, dict[str, tuple[bool, list[str], str]]] = {}
     for m in re.finditer(r"^export interface (\w+) \{\}$", source, re.M):
         interfaces[m[1]] = {}
     for m in re.finditer(r"^export interface (\w+) \{\n(.*?)^\}", source, re.M | re.S):
@@ -290,7 +362,7 @@ def parse_lsp_ext(source: str) -> tuple[dict, dict, dict]:
                 continue
             field = re.fullmatch(r"(\w+)(\?)?: (.+);", code)
             assert field, f"lsp_ext.ts: cannot read the field {line.strip()!r} of {m[1]}"
-            fields[field[1]] = (field[2] == "?", ts_type(field[3]))
+            fields[field[1]] = (field[2] == "?", ts_type(field[3], aliases), field[3])
         interfaces[m[1]] = fields
     assert len(re.findall(r"^export interface ", source, re.M)) == len(interfaces), (
         "lsp_ext.ts has an interface the test cannot read"
@@ -320,10 +392,75 @@ def check_vscode(spec: dict[str, Any], source: str) -> None:
     )
     for name, fields in spec["types"].items():
         expected = {f: (t.endswith("?"), spec_parts(t)) for f, t in fields.items()}
-        assert interfaces[name] == expected, (
-            f"interface {name}: lsp_ext.ts has {interfaces[name]}, tachy.json means {expected} "
+        found = {f: (optional, parts) for f, (optional, parts, _) in interfaces[name].items()}
+        assert found == expected, (
+            f"interface {name}: lsp_ext.ts has {found}, tachy.json means {expected} "
             "((optional, types) per field)"
         )
+    check_string_unions(interfaces, ts_aliases(source))
+    check_transcript_events(ts_aliases(source))
+
+
+def literal_values(tp: Any) -> set[str] | None:
+    """The values a Literal field (or an optional one) allows; None for other types."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Literal:
+        return set(args)
+    if origin in (typing.Union, types.UnionType):
+        found = [literal_values(a) for a in args if a is not type(None)]
+        if found and all(v is not None for v in found):
+            return set().union(*found)
+    return None
+
+
+def check_string_unions(interfaces: dict, aliases: dict[str, list[str]]) -> None:
+    """A field that is a Literal in server/protocol.py is the same string union in
+    lsp_ext.ts (inline or through a named type), and only such a field is one."""
+    for name, cls in wire_structs().items():
+        for f in msgspec.structs.fields(cls):
+            want = literal_values(f.type)
+            have = ts_literals(interfaces[name][f.encode_name][2], aliases)
+            assert have == want, (
+                f"{name}.{f.encode_name}: lsp_ext.ts allows {sorted(have or [])}, "
+                f"server/protocol.py {sorted(want or [])}"
+            )
+
+
+def check_transcript_events(aliases: dict[str, list[str]]) -> None:
+    """lsp_ext.ts's TranscriptEvent has one member per event of agent/events.py, with
+    its tag as `event` and its fields (snake_case, optional where they have a default)."""
+    assert "TranscriptEvent" in aliases, "lsp_ext.ts declares no TranscriptEvent"
+    members = {}
+    for member in aliases["TranscriptEvent"]:
+        fields = {}
+        for item in split_top(member.strip()[1:-1], ";"):
+            field = re.fullmatch(r"(\w+)(\?)?: (.+)", item)
+            assert field, f"lsp_ext.ts: cannot read {item!r} of a TranscriptEvent"
+            fields[field[1]] = (field[2] == "?", field[3])
+        tag = fields.pop("event", (False, ""))[1]
+        assert re.fullmatch(r'"\w+"', tag), (
+            f"a TranscriptEvent member without an event tag: {member}"
+        )
+        members[tag[1:-1]] = fields
+    events = typing.get_args(agent_events.AnyEvent)
+    tags = {cls.__struct_config__.tag: cls for cls in events}
+    assert set(members) == set(tags), (
+        f"only in agent/events.py: {sorted(set(tags) - set(members))}; "
+        f"only in lsp_ext.ts: {sorted(set(members) - set(tags))}"
+    )
+    for tag, cls in tags.items():
+        want = {f.encode_name: not f.required for f in msgspec.structs.fields(cls)}
+        have = {name: optional for name, (optional, _) in members[tag].items()}
+        assert have == want, f"event {tag}: lsp_ext.ts has {have}, agent/events.py {want}"
+        for f in msgspec.structs.fields(cls):
+            try:
+                expected = spec_parts(spec_type(f.type))
+            except AssertionError:  # a list of Todo, not a wire type: its name is enough
+                continue
+            written = members[tag][f.encode_name][1]
+            assert ts_type(written, aliases) == expected, (
+                f"event {tag}.{f.encode_name}: lsp_ext.ts says {written}, agent/events.py {f.type}"
+            )
 
 
 def test_vscode_declarations_match(spec: dict[str, Any]) -> None:
@@ -340,6 +477,13 @@ def test_vscode_declarations_match(spec: dict[str, Any]) -> None:
         ("NotificationType<AgentEventParams>", "NotificationType<AgentCancelParams>"),
         ("SearchParams, SearchResult, void", "SearchParams, IndexStatusResult, void"),
         ("Command<[AskToFixArgs], AskToFixResult>", "Command<[AskToFixArgs], AgentRunResult>"),
+        ('| "failed" | "disabled";', '| "failed";'),  # a string union's values
+        ("    state: SessionState;", '    state: "running" | "finished";'),
+        ("    state: ProposalState; //", "    state: string; //"),  # a union lost
+        ('{ event: "assistant"; turn: number; ', '{ event: "assistant"; '),  # an event field
+        ("is_error: boolean", "is_error?: boolean"),  # an event field's optionality
+        ("content: string; meta?: EventMeta }", "content: number; meta?: EventMeta }"),
+        ('    | { event: "todos"', '    | { event: "todo"'),  # an event's tag
     ],
 )
 def test_vscode_check_fails_on_a_mismatch(spec: dict[str, Any], old: str, new: str) -> None:

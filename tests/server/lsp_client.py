@@ -22,7 +22,7 @@ from pygls.exceptions import JsonRpcMethodNotFound
 from pytest_lsp import LanguageClient, client_capabilities, make_test_lsp_client
 
 from server import protocol as p
-from server.lsp import keep_json_objects
+from server.pygls_internals import keep_json_objects
 
 VSCODE = "visual-studio-code"
 NEOVIM = "neovim"

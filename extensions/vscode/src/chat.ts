@@ -1,7 +1,7 @@
 // What the chat view shows: transcript events (tachy/agent/event) and proposals
 // turned into display items. Pure; the webview only lays the items out.
 
-import type { Proposal } from "./lsp_ext";
+import type { Proposal, ProposalState, StopReason, Todo, TranscriptEvent } from "./lsp_ext";
 
 export interface DiffLine {
     op: "+" | "-" | " ";
@@ -13,10 +13,10 @@ export type ChatItem =
     | { kind: "assistant"; sessionId: string; text: string }
     | { kind: "tool"; sessionId: string; callId: string; tool: string; title: string; diff?: DiffLine[] }
     | { kind: "result"; sessionId: string; callId: string; tool: string; isError: boolean; text: string }
-    | { kind: "todos"; sessionId: string; todos: { content: string; status: string }[] }
+    | { kind: "todos"; sessionId: string; todos: Todo[] }
     // repeats: the text is the run's last assistant message, already shown above it.
-    | { kind: "final"; sessionId: string; text: string; stopReason: string; repeats?: boolean }
-    | { kind: "proposal"; sessionId: string; proposalId: string; path: string; change: string; state: string; message: string }
+    | { kind: "final"; sessionId: string; text: string; stopReason: StopReason; repeats?: boolean }
+    | { kind: "proposal"; sessionId: string; proposalId: string; path: string; change: Proposal["kind"]; state: ProposalState; message: string }
     | { kind: "error"; sessionId: string; text: string };
 
 export const MAX_LINES = 40; // of a tool result or diff shown in the chat
@@ -83,19 +83,19 @@ export function toolTitle(tool: string, args: Record<string, unknown>): string {
     return detail ? `${tool} ${oneLine(detail)}` : tool;
 }
 
-/** The display item for one transcript event, or undefined for events not shown. */
-export function renderEvent(sessionId: string, event: Record<string, unknown>): ChatItem | undefined {
+/** The display item for one transcript event, or undefined for events not shown (and
+ * for kinds a newer server may send that this client does not know). */
+export function renderEvent(sessionId: string, event: TranscriptEvent): ChatItem | undefined {
     switch (event.event) {
         case "run_start":
-            return { kind: "user", sessionId, text: str(event.prompt) };
+            return { kind: "user", sessionId, text: event.prompt };
         case "assistant": {
-            const text = prose(str(event.text));
+            const text = prose(event.text);
             return text ? { kind: "assistant", sessionId, text } : undefined;
         }
         case "tool_call": {
-            const tool = str(event.tool);
-            const args = (event.args ?? {}) as Record<string, unknown>;
-            const item: ChatItem = { kind: "tool", sessionId, callId: str(event.call_id), tool, title: toolTitle(tool, args) };
+            const { tool, args } = event;
+            const item: ChatItem = { kind: "tool", sessionId, callId: event.call_id, tool, title: toolTitle(tool, args) };
             if (tool === "edit_file") {
                 item.diff = diffOf(str(args.old_string), str(args.new_string));
             } else if (tool === "write_file") {
@@ -107,24 +107,19 @@ export function renderEvent(sessionId: string, event: Record<string, unknown>): 
             return {
                 kind: "result",
                 sessionId,
-                callId: str(event.call_id),
-                tool: str(event.tool),
-                isError: event.is_error === true,
-                text: clip(str(event.content)),
+                callId: event.call_id,
+                tool: event.tool,
+                isError: event.is_error,
+                text: clip(event.content),
             };
-        case "todos": {
-            const todos = Array.isArray(event.todos) ? event.todos : [];
+        case "todos":
             return {
                 kind: "todos",
                 sessionId,
-                todos: todos.map((t: { content?: unknown; status?: unknown }) => ({
-                    content: str(t.content),
-                    status: str(t.status),
-                })),
+                todos: event.todos.map(({ content, status }) => ({ content, status })),
             };
-        }
         case "final":
-            return { kind: "final", sessionId, text: str(event.text), stopReason: str(event.stop_reason) };
+            return { kind: "final", sessionId, text: event.text, stopReason: event.stop_reason };
         default:
             return undefined;
     }
@@ -152,7 +147,7 @@ export class ChatLog {
     constructor(private readonly limit = 2000) {}
 
     /** Adds an event's item; a repeated or older seq of a session is ignored. */
-    event(sessionId: string, seq: number, event: Record<string, unknown>): ChatItem | undefined {
+    event(sessionId: string, seq: number, event: TranscriptEvent): ChatItem | undefined {
         const last = this.seen.get(sessionId);
         if (last !== undefined && seq <= last) {
             return undefined;

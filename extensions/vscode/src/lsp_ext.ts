@@ -1,6 +1,7 @@
 // The tachy/* LSP extensions, declared once and typed, mirroring server/protocol.py
-// (and extensions/protocol/tachy.json, which tests/extensions/test_protocol.py checks
-// this file against). Field names are the camelCase wire names.
+// (and extensions/protocol/tachy.json, generated from it, which
+// tests/extensions/test_protocol.py checks this file against, string unions and
+// transcript events included). Field names are the camelCase wire names.
 //
 // This module imports only the LSP protocol types (vscode-languageserver-protocol, not
 // 'vscode'), so the unit tests can load it without VS Code.
@@ -43,9 +44,12 @@ export const search = new lc.RequestType<SearchParams, SearchResult, void>("tach
 // eslint-disable-next-line @typescript-eslint/no-empty-interface
 export interface IndexStatusParams {}
 
+// lexical: searchable, embeddings pending; disabled: indexing is turned off.
+export type IndexState = "starting" | "indexing" | "empty" | "lexical" | "ready" | "failed" | "disabled";
+
 export interface FolderStatus {
     uri: string;
-    state: string; // indexing | empty | lexical (embeddings pending) | ready | failed | ...
+    state: IndexState;
     files: number;
     chunks: number;
     embedded: number;
@@ -53,7 +57,7 @@ export interface FolderStatus {
 }
 
 export interface IndexStatusResult {
-    state: string; // the least ready folder's state
+    state: IndexState; // the least ready folder's state
     files: number;
     chunks: number;
     embedded: number;
@@ -74,18 +78,36 @@ export interface AgentRunParams {
     workDoneToken?: string | number;
 }
 
+export type StopReason = "end_turn" | "max_turns" | "cancelled" | "error";
+export type SessionState = "running" | "cancelling" | "finished" | "unknown";
+
 export interface AgentRunResult {
     sessionId: string;
-    stopReason: string; // end_turn | max_turns | cancelled | error
+    stopReason: StopReason;
     finalText?: string;
     error?: string;
     changedFiles?: string[];
 }
 
+// A transcript event, exactly as a line of a JSONL transcript (agent/events.py, whose
+// field names are snake_case), told apart by `event`. `meta` holds volatile facts
+// (durations, the machine's paths); the server always sends it, a test may leave it
+// out. A newer server may send kinds not listed here: a client ignores those.
+export type TranscriptEvent =
+    | { event: "run_start"; prompt: string; tools: string[]; meta?: EventMeta }
+    | { event: "assistant"; turn: number; text: string; meta?: EventMeta }
+    | { event: "tool_call"; call_id: string; tool: string; args: Record<string, unknown>; meta?: EventMeta }
+    | { event: "tool_result"; call_id: string; tool: string; is_error: boolean; content: string; meta?: EventMeta }
+    | { event: "todos"; todos: Todo[]; meta?: EventMeta }
+    | { event: "final"; text: string; stop_reason: StopReason; meta?: EventMeta };
+export type EventMeta = Record<string, unknown>;
+export type TodoStatus = "pending" | "in_progress" | "completed";
+export type Todo = { content: string; status: TodoStatus };
+
 export interface AgentEventParams {
     sessionId: string;
     seq: number; // 0, 1, 2, ... within the session
-    event: { [key: string]: unknown }; // a transcript event, as in the JSONL transcript
+    event: TranscriptEvent;
 }
 
 export interface AgentCancelParams {
@@ -94,7 +116,7 @@ export interface AgentCancelParams {
 
 export interface AgentCancelResult {
     cancelled: boolean;
-    state: string; // running | cancelling | finished | unknown
+    state: SessionState;
     message?: string;
 }
 
@@ -109,14 +131,16 @@ export const agentCancel = new lc.RequestType<AgentCancelParams, AgentCancelResu
 // ------------------------------------------------------------------ review
 // A client that shows proposals itself declares the experimental client capability
 // {"tachy": {"review": true}}; the notification is sent again on every state change.
+// pending: waiting for the user | applied | rejected | reverted | failed | cancelled
+export type ProposalState = "pending" | "applied" | "rejected" | "reverted" | "failed" | "cancelled";
+
 export interface Proposal {
     proposalId: string;
     sessionId: string;
     uri: string;
     path: string; // workspace-relative
     kind: "edit" | "create" | "delete";
-    // pending | applied | rejected | reverted | failed | cancelled
-    state: string;
+    state: ProposalState;
     edit: { [key: string]: unknown }; // an LSP WorkspaceEdit: the editor's text -> the agent's
     message?: string;
 }
@@ -127,7 +151,7 @@ export interface ReviewDecisionParams {
 
 export interface ReviewDecisionResult {
     ok: boolean;
-    state: string;
+    state: ProposalState; // the proposal's state after the decision
     message?: string;
 }
 

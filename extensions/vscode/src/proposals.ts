@@ -1,14 +1,14 @@
 // Bookkeeping for the agent's proposed edits (tachy/review/propose) and the text a
 // proposal would produce, for the diff view. No 'vscode' import: unit-tested alone.
 
-import type { Proposal } from "./lsp_ext";
+import type { Proposal, ProposalState } from "./lsp_ext";
 
 export interface TextEdit {
     range: { start: { line: number; character: number }; end: { line: number; character: number } };
     newText: string;
 }
 
-export const SETTLED = ["applied", "rejected", "reverted", "failed", "cancelled"];
+export const SETTLED: readonly ProposalState[] = ["applied", "rejected", "reverted", "failed", "cancelled"];
 const KEEP_SETTLED = 200;
 
 /** The offset in `text` of an LSP position (UTF-16 code units, as JavaScript strings

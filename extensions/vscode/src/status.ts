@@ -1,6 +1,6 @@
 // The status bar item's text, from the index status, agent runs and pending edits.
 
-import type { IndexStatusResult } from "./lsp_ext";
+import type { IndexState, IndexStatusResult } from "./lsp_ext";
 
 export type ServerState = "starting" | "running" | "stopped" | "failed";
 
@@ -18,7 +18,7 @@ export interface StatusView {
     command?: string;
 }
 
-const INDEX_LABEL: Record<string, string> = {
+const INDEX_LABEL: Record<IndexState, string> = {
     starting: "starting",
     indexing: "indexing",
     empty: "nothing indexed",

@@ -1,11 +1,11 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import type { IndexStatusResult } from "../src/lsp_ext";
+import type { IndexState, IndexStatusResult } from "../src/lsp_ext";
 import { pickItems, relativePath } from "../src/search_items";
 import { pollDelayMs, statusView } from "../src/status";
 
-function index(state: string, error = ""): IndexStatusResult {
+function index(state: IndexState, error = ""): IndexStatusResult {
     return { state, files: 12, chunks: 40, embedded: 10, folders: [{ uri: "file:///w", state, files: 12, chunks: 40, embedded: 10, error }] };
 }
 

@@ -1,5 +1,5 @@
 -- The tachy/* LSP extensions, declared once (mirrors server/protocol.py and
--- extensions/protocol/tachy.json; a test checks all three agree).
+-- extensions/protocol/tachy.json, generated from it; a test checks all three agree).
 --
 -- Type strings: string, integer, number, boolean, object (a free-form JSON object),
 -- any, a type name, "[]" for arrays, "|" for unions, and a trailing "?" for an
