@@ -44,9 +44,9 @@ import msgspec
 
 from bench import common
 from bench.common import ms
-from training import snapshot
-from training.envs import EnvLimits, EnvPool
-from training.tasks import BUILD_FILE, BuildRecord, Task, TaskMeta, append_tasks
+from training.env import snapshot
+from training.env.pool import EnvLimits, EnvPool
+from training.tasks.taskset import BUILD_FILE, BuildRecord, Task, TaskMeta, append_tasks
 
 RESET_TARGET_MS = 50.0
 MEDIUM_PACKAGES = (
@@ -286,7 +286,7 @@ async def bench_concurrency(
 
 
 def build_figures(directory: Path) -> dict[str, Any]:
-    """Per-project figures from a task set's build.json (training.tasks.BuildRecord)."""
+    """Per-project figures from a task set's build.json (training.tasks.taskset.BuildRecord)."""
     path = directory / BUILD_FILE
     try:
         record = msgspec.json.decode(path.read_bytes(), type=BuildRecord)
@@ -385,7 +385,7 @@ def run_benchmark(plan: dict[str, Any], tasks_dir: Path | None, command: str) ->
         "peak_rss_mib": round(rss, 1),
         "peak_child_rss_mib": round(child_rss, 1),
         "left_mounted": [str(p) for p in left],
-        # Filled from a task set's build.json with --tasks DIR (training.tasks.BuildRecord).
+        # Filled from a task set's build.json with --tasks DIR (training.tasks.taskset.BuildRecord).
         "build": build_figures(tasks_dir) if tasks_dir is not None else None,
     }
     return {

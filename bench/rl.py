@@ -4,7 +4,7 @@ time a weight sync takes.
 
     python -m bench.rl [--json] [--quick] [--steps N] [--seed S]
 
-1. Step throughput. The same RL run (training.rl.RLRun: Ray, an inference actor, a
+1. Step throughput. The same RL run (training.rl.controller.RLRun: Ray, an inference actor, a
    rollout worker with real sandboxes, the tiny preset model, G rollouts per task, B
    tasks per step) twice in one process: synchronous (the anchor: launch B groups,
    wait for all, train, sync) and asynchronous (B + overprovision groups in flight,
@@ -47,9 +47,10 @@ from model.checkpoint import load, save
 from model.config import preset
 from model.model import Model
 from model.tokenizer import train_bpe
-from training.inference import InferenceActor, sampler_weights
-from training.rl import RLConfig, RLRun
-from training.tasks import Task, TaskMeta, append_tasks
+from training.rl.config import RLConfig
+from training.rl.controller import RLRun
+from training.rl.inference import InferenceActor, sampler_weights
+from training.tasks.taskset import Task, TaskMeta, append_tasks
 
 # The test sleeps a long-tailed time, then flips a coin: the agent cannot change either.
 SLOW_COIN = """\

@@ -109,10 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="how much to log on stderr (default: warning)",
     )
     add_model_parsers(commands)
-    from training import cli as tasks_cli  # its parser only; the builders load on use
+    from training.tasks import cli as tasks_cli  # its parser only; the builders load on use
 
     tasks_cli.add_parsers(commands)
-    from training import train_cli  # stdlib only at import: torch loads when a command runs
+    from training import cli as train_cli  # stdlib only at import: torch loads when a command runs
 
     train_cli.add_parsers(commands)
     return parser
@@ -422,11 +422,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "model":
         return run_model(args)
     if args.command == "tasks":
-        from training import cli as tasks_cli
+        from training.tasks import cli as tasks_cli
 
         return tasks_cli.run(args)
     if args.command == "train":
-        from training import train_cli
+        from training import cli as train_cli
 
         return train_cli.run(args)
     raise AssertionError(args.command)

@@ -1,381 +1,554 @@
-"""`tachy tasks`: build, check and list RL task sets.
+"""`tachy train`: the supervised warm-up (pretrain, sft) and a metrics summary (plot).
 
-    tachy tasks build --pypi toolz==1.2.0 jmespath==1.1.0 --max-tasks 50 --out tasks/
-    tachy tasks build --synthetic 20 --seed 1 --max-tasks 5 --out tasks/
-    tachy tasks check tasks/ [--json] [--limit N]
-    tachy tasks list tasks/
+    tachy train pretrain --out ckpt/pre --steps 200            # the stdlib, tiny preset
+    tachy train sft --init ckpt/pre --demos demos.jsonl --out ckpt/sft --steps 100
+    tachy train pretrain --out ckpt/pre --resume               # continue exactly
+    tachy train plot ckpt/pre                                  # metrics.csv + a summary
 
-Progress and summaries go to stderr; `check --json` prints one JSON document on stdout.
-Exit codes: 0 done, 1 a task failed its check (or a build gave no task), 2 bad usage
-or an unusable set directory, 130 interrupted.
+Progress goes to stderr, one JSON line per step to DIR/metrics.jsonl; DIR ends up a
+checkpoint that `model.load` reads and `--policy local:DIR` drives. A run refuses an
+--out directory that already holds one unless --resume is given; --resume takes every
+data and model option from the saved run (only --steps may change, which changes the
+cosine schedule from there on). Exit codes: 0 done, 2 bad usage or unusable data,
+130 interrupted (the last saved checkpoint stays valid).
+
+This module imports only the standard library at import time (the parser must stay
+cheap for `tachy --help`); torch and the data code load when a command runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
-import shutil
+import csv
+import hashlib
+import json
 import sys
-import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from agent.cliargs import path_arg
-from training.pypi import DEFAULT_PROJECTS  # stdlib only: building the parser stays cheap
+
+OUT_HELP = "checkpoint and metrics go here"
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
-    tasks = commands.add_parser(
-        "tasks",
-        help="build, check and list RL task sets",
+    train = commands.add_parser(
+        "train",
+        help="train the model: pretraining, fine-tuning on demonstrations, RL on tasks",
         description=(
-            "Build RL tasks by injecting bugs into real projects (only bugs their own tests "
-            "catch are kept), re-check a set, or list it."
+            "Train our model: the supervised warm-up (pretrain, sft), reinforcement learning "
+            "in sandboxed tasks (rl), and the metrics of a run (plot)."
         ),
     )
-    sub = tasks.add_subparsers(dest="tasks_command", metavar="COMMAND", required=True)
-    build = sub.add_parser(
-        "build",
-        help="build tasks from PyPI projects, synthetic repositories or local directories",
+    sub = train.add_subparsers(dest="train_command", metavar="COMMAND", required=True)
+
+    pre = sub.add_parser(
+        "pretrain",
+        help="pretrain on a corpus of Python source",
         description=(
-            "Build tasks into DIR: each project's clean test suite is run, mutants of its "
-            "source are tested, and every mutant that breaks a passing test becomes a task "
-            "(appended to DIR/tasks.jsonl as soon as it is validated; DIR/build.json keeps "
-            "the figures). Re-running into the same DIR resumes: tasks already there are "
-            "kept and not duplicated. PyPI projects are downloaded as source distributions "
-            "and installed into DIR/envs/."
+            "Train a model from scratch on Python files (default: this interpreter's standard "
+            "library, tests excluded). Without --tokenizer a byte-level BPE of --vocab-size "
+            "is trained on the training files first. The model is the --preset with its "
+            "vocabulary set to the tokenizer's size."
         ),
     )
-    what = build.add_mutually_exclusive_group(required=True)
-    what.add_argument(
-        "--pypi",
-        nargs="+",
-        metavar="SPEC",
-        help="PyPI projects, e.g. toolz==1.2.0 (pin versions for a reproducible set); "
-        f"'default' means {' '.join(DEFAULT_PROJECTS)}",
+    pre.add_argument("--out", required=True, type=path_arg, metavar="DIR", help=OUT_HELP)
+    pre.add_argument(
+        "--corpus", type=path_arg, metavar="PATH", help="a directory of .py files (default: stdlib)"
     )
-    what.add_argument(
-        "--synthetic", type=int, metavar="N", help="N generated repositories (seeds S, S+1, ...)"
+    pre.add_argument("--max-files", type=int, metavar="N", help="use only the first N files")
+    pre.add_argument("--preset", default="tiny", help="model preset (default tiny)")
+    pre.add_argument("--seq-len", type=int, default=256, metavar="L", help="tokens per row (256)")
+    pre.add_argument(
+        "--heldout", type=float, default=0.02, metavar="F", help="held-out files (0.02)"
     )
-    what.add_argument(
-        "--local",
-        nargs="+",
-        type=path_arg,
-        metavar="PATH",
-        help="local project directories (pytest tests)",
+    tok = pre.add_mutually_exclusive_group()
+    tok.add_argument(
+        "--tokenizer", type=path_arg, metavar="PATH", help="a tokenizer.json or its directory"
     )
-    build.add_argument(
-        "--out",
-        required=True,
-        type=path_arg,
-        metavar="DIR",
-        help="the task set directory (anywhere, /tmp included: the test sandbox sees it "
-        "read-only at its own path)",
+    tok.add_argument(
+        "--vocab-size", type=int, metavar="V", help="train a BPE of V ids (default: the preset's)"
     )
-    build.add_argument(
-        "--max-tasks", type=int, default=20, metavar="N", help="tasks per project (default 20)"
+    _common_options(pre, steps=200, batch=8, lr=2e-3)
+
+    sft = sub.add_parser(
+        "sft",
+        help="fine-tune a checkpoint on the expert's demonstrations",
+        description=(
+            "Fine-tune CHECKPOINT_DIR on demonstrations (`tachy tasks demos` JSONL) in the chat "
+            "format the engine samples with; the loss is on the assistant turns only. "
+            "Conversations longer than --max-len are cut to their first --max-len tokens; "
+            "one with no assistant token within them is skipped."
+        ),
     )
-    build.add_argument(
-        "--seed", type=int, default=0, metavar="S", help="picks the mutations (and synthetic repos)"
+    sft.add_argument(
+        "--init", type=path_arg, metavar="CHECKPOINT_DIR", help="the model to start from"
     )
-    build.add_argument(
-        "--mutants-per-project",
+    sft.add_argument(
+        "--demos", required=True, type=path_arg, metavar="FILE", help="demonstrations (JSONL)"
+    )
+    sft.add_argument("--out", required=True, type=path_arg, metavar="DIR", help=OUT_HELP)
+    sft.add_argument(
+        "--max-len",
         type=int,
-        metavar="M",
-        help="mutants to try at most per project (default: 5 x --max-tasks)",
+        default=4096,
+        metavar="L",
+        help="tokens per conversation (4096); a model with a shorter context is extended to L",
     )
-    build.add_argument(
-        "--workers", type=int, default=2, metavar="N", help="test runs at once (default 2)"
-    )
-    build.add_argument(
-        "--timeout",
-        type=float,
-        default=300.0,
-        metavar="S",
-        help="seconds one run of a clean suite may take; slower projects are skipped (default 300)",
-    )
-    build.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    sft.add_argument("--heldout", type=float, default=0.1, metavar="F", help="held-out demos (0.1)")
+    _common_options(sft, steps=100, batch=4, lr=5e-4)
 
-    check = sub.add_parser(
-        "check",
-        help="re-validate every task of a set",
+    rl = sub.add_parser(
+        "rl",
+        help="reinforcement learning on tasks, rollouts in sandboxes (Ray)",
         description=(
-            "Re-run each task's tests: on the clean repository its FAIL_TO_PASS and "
-            "PASS_TO_PASS tests must pass; with its bug, exactly its FAIL_TO_PASS tests "
-            "(of those passing clean) must fail. Exit 1 when any task fails the check."
+            "Improve a checkpoint by RL: group_size runs of each task from the same start in "
+            "sandboxed repositories (the agent executor and tools as in the editor), scored "
+            "by the task's tests, and the model moved toward the better runs. Everything is "
+            "set in a TOML config file of training.rl.config.RLConfig fields (see "
+            "training/configs/rl-tiny.toml); relative paths in it are from its directory."
         ),
     )
-    check.add_argument("dir", type=path_arg, metavar="DIR")
-    check.add_argument("--json", action="store_true", help="print the verdicts as JSON on stdout")
-    check.add_argument("--limit", type=int, metavar="N", help="check only the first N tasks")
-    check.add_argument("--workers", type=int, default=2, metavar="N", help="tasks checked at once")
+    rl.add_argument(
+        "--config", required=True, type=path_arg, metavar="FILE", help="the run's TOML config"
+    )
+    rl.add_argument("--out", required=True, type=path_arg, metavar="DIR", help=OUT_HELP)
+    rl.add_argument("--steps", type=int, metavar="N", help="RL steps (default: the config's)")
+    rl.add_argument("--seed", type=int, metavar="S", help="override the config's seed")
+    rl.add_argument("--resume", action="store_true", help="continue the run saved in --out")
 
-    listing = sub.add_parser("list", help="one line per task", description="List a task set.")
-    listing.add_argument("dir", type=path_arg, metavar="DIR")
-
-    demos = sub.add_parser(
-        "demos",
-        help="run the scripted expert on every task: end-to-end validation + demonstrations",
+    plot = sub.add_parser(
+        "plot",
+        help="plot (or, without matplotlib, tabulate) a run's metrics",
         description=(
-            "Work each task with the scripted expert through the agent executor and the "
-            "real tools, in sandboxes from the environment server, and score it with the "
-            "task's tests. Solved runs are written to --out (JSONL: the conversation the "
-            "policy saw, and the transcript events) for the supervised warm-up; unsolved "
-            "tasks are listed with the reason. Exit 1 when any task is not solved."
+            "Read DIR/metrics.jsonl. With matplotlib installed, draw the curves to --out (PNG); "
+            "without it, write them as CSV (default DIR/metrics.csv) and print a text summary."
         ),
     )
-    demos.add_argument("dir", type=path_arg, metavar="DIR")
-    demos.add_argument(
-        "--out", required=True, type=path_arg, metavar="FILE", help="demonstrations (JSONL)"
+    plot.add_argument("dir", type=path_arg, metavar="DIR")
+    plot.add_argument("--out", type=path_arg, metavar="FILE", help="the PNG or CSV to write")
+
+
+def _common_options(p: argparse.ArgumentParser, *, steps: int, batch: int, lr: float) -> None:
+    p.add_argument("--steps", type=int, metavar="N", help=f"optimizer steps (default {steps})")
+    p.add_argument("--batch", type=int, default=batch, metavar="B", help=f"rows per step ({batch})")
+    p.add_argument(
+        "--micro-batch", type=int, metavar="M", help="rows per forward (default: B; divides B)"
     )
-    demos.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
-    demos.add_argument("--workers", type=int, default=2, metavar="N", help="rollouts at once")
+    p.add_argument("--lr", type=float, default=lr, help=f"peak learning rate ({lr})")
+    p.add_argument("--warmup", type=int, default=10, metavar="N", help="warm-up steps (10)")
+    p.add_argument("--eval-every", type=int, default=50, metavar="N", help="held-out loss every N")
+    p.add_argument("--save-every", type=int, default=0, metavar="N", help="checkpoint every N")
+    p.add_argument(
+        "--precision",
+        choices=("fp32", "mxfp8"),
+        help="expert weights in the training forward (default: fp32; sft: the checkpoint's)",
+    )
+    p.add_argument("--seed", type=int, default=0, metavar="S")
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch CPU threads (default: torch's; 1 is faster on a busy machine)",
+    )
+    p.add_argument("--resume", action="store_true", help="continue the run saved in --out")
+    p.set_defaults(default_steps=steps)
+
+
+class UsageError(Exception):
+    """Bad options or unusable inputs: exit 2 with the message."""
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.tasks_command == "build":
-            return run_build(args)
-        if args.tasks_command == "check":
-            return run_check(args)
-        if args.tasks_command == "demos":
-            return run_demos(args)
-        return run_list(args)
+        if args.train_command == "plot":
+            return run_plot(args)
+        if args.train_command == "rl":
+            return run_rl(args)
+        return run_training(args)
+    except UsageError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
-        print("tachy: interrupted (tasks already written stay valid)", file=sys.stderr)
+        print("tachy: interrupted (the last saved checkpoint stays valid)", file=sys.stderr)
         return 130
 
 
-def _err(message: str) -> int:
-    print(f"tachy: {message}", file=sys.stderr)
-    return 2
+# ------------------------------------------------------------------ RL
+def run_rl(args: argparse.Namespace) -> int:
+    from training.rl.config import RLConfig
+    from training.rl.controller import RLRun, check_resumable
+    from training.sft.common import TrainStateError
+    from training.tasks.taskset import TaskError
 
-
-# ------------------------------------------------------------------ build
-def run_build(args: argparse.Namespace) -> int:
-    from training.build import (
-        BuildError,
-        BuildOptions,
-        LocalSource,
-        PypiSource,
-        SyntheticSource,
-        build_tasks,
-    )
-
-    if args.max_tasks < 1 or args.workers < 1 or args.timeout <= 0:
-        return _err("--max-tasks and --workers must be at least 1, --timeout positive")
-    if args.mutants_per_project is not None and args.mutants_per_project < 1:
-        return _err("--mutants-per-project must be at least 1")
-    if args.synthetic is not None and args.synthetic < 1:
-        return _err("--synthetic must be at least 1")
-    if args.pypi:
-        specs = [
-            s for spec in args.pypi for s in (DEFAULT_PROJECTS if spec == "default" else [spec])
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    try:
+        config = RLConfig.from_file(args.config, steps=args.steps, seed=args.seed)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(str(exc)) from None
+    out = Path(args.out)
+    if args.resume:
+        try:
+            saved = check_resumable(out)
+        except TrainStateError as exc:
+            raise UsageError(str(exc)) from None
+        changed = [
+            k for k in ("seed", "group_size", "groups_per_step") if saved[k] != getattr(config, k)
         ]
-        sources = [PypiSource(spec) for spec in specs]
-    elif args.local:
-        sources = [LocalSource(p) for p in args.local]
-    else:
-        sources = [SyntheticSource(args.seed + i) for i in range(args.synthetic)]
-    options = BuildOptions(
-        max_tasks=args.max_tasks,
-        mutants_per_project=args.mutants_per_project,
-        timeout_s=args.timeout,
-        workers=args.workers,
-        seed=args.seed,
-    )
-    started = time.monotonic()
-
-    def log(message: str) -> None:
-        if not args.quiet:
-            print(f"[{time.monotonic() - started:6.0f}s] {message}", file=sys.stderr, flush=True)
-
-    command = shlex.join(["tachy", *sys.argv[1:]]) if sys.argv else "tachy tasks build"
-    out = args.out
+        if changed:
+            raise UsageError(f"--resume with other {', '.join(changed)} than the saved run's")
+    elif (out / "trainer_state.pt").exists():
+        raise UsageError(f"{out} already holds a run; pass --resume to continue it")
+    started = time.perf_counter()
     try:
-        record = build_tasks(sources, out, options, command=command, log=log)
-    except BuildError as exc:
-        return _err(str(exc))
-    minutes = (time.monotonic() - started) / 60
-    total = 0
-    print(f"\nbuilt into {out} in {minutes:.1f} min:", file=sys.stderr)
-    for name, figures in record.projects.items():
-        total += figures.tasks
-        if figures.skipped and not figures.tasks:
-            print(f"  {name}: skipped: {figures.skipped}", file=sys.stderr)
-            continue
-        tried = figures.mutations_tried
-        rate = figures.mutations_validated / tried if tried else 0.0
-        print(
-            f"  {name}: {figures.tasks} tasks, {figures.mutations_validated}/{tried} mutants "
-            f"validated ({rate:.0%}), suite {figures.suite_passing}/{figures.suite_tests} "
-            f"passing in {figures.suite_seconds:.1f} s, {figures.seconds / 60:.1f} min",
-            file=sys.stderr,
-        )
-    print(f"  {total} tasks in {out / 'tasks.jsonl'}", file=sys.stderr)
-    return 0 if total else 1
-
-
-# ------------------------------------------------------------------ check
-@dataclass
-class Verdict:
-    id: str
-    ok: bool
-    problems: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-
-
-def check_task_runs(directory: Path, task) -> Verdict:
-    """Run a task's suite on its clean repository and with its bug (a training.tasks.Task)."""
-    from agent.sandbox import SandboxConfig
-    from training.tasks import task_repo_dir, task_test_command
-    from training.testrun import run_tests_in
-
-    started = time.monotonic()
-    verdict = Verdict(task.id, ok=True)
-    repo = task_repo_dir(directory, task)
-    problems = verdict.problems
-    if not repo.is_dir():
-        problems.append(f"its repository {task.repo} is missing")
-    if task.env and not (directory / task.env / "bin" / "python").exists():
-        problems.append(f"its environment {task.env} is missing")
-    for rel in [*task.files, *task.test_files]:
-        if repo.is_dir() and not (repo / rel).is_file():
-            problems.append(f"{rel} is not in {task.repo}")
-    if problems:
-        verdict.ok = False
-        return verdict
-    command = task_test_command(directory, task)
-    # The set (its environments) read-only at its own path: visible under /tmp too.
-    config = SandboxConfig(read_only_paths=[str(directory)])
-    listed = set(task.fail_to_pass) | set(task.pass_to_pass)
-    with tempfile.TemporaryDirectory(prefix=f"tachy-check-{task.id}-") as tmp:
-        work = Path(tmp) / "repo"
-        shutil.copytree(repo, work)
-        clean = run_tests_in(work, command, timeout_s=task.timeout_s, config=config)
-        if clean.timed_out:
-            problems.append(f"the clean suite did not finish in {task.timeout_s:.0f} s")
-        not_passing = sorted(t for t in listed if not clean.passed(t))
-        if not_passing:
-            problems.append(f"clean repository: {_few(not_passing)} do not pass")
-        for rel, text in task.files.items():
-            (work / rel).write_text(text, encoding="utf-8")
-        buggy = run_tests_in(work, command, timeout_s=task.timeout_s, config=config)
-        if buggy.timed_out:
-            problems.append(f"the buggy suite did not finish in {task.timeout_s:.0f} s")
-        still = sorted(t for t in task.fail_to_pass if buggy.passed(t))
-        if still:
-            problems.append(f"with the bug: FAIL_TO_PASS {_few(still)} pass")
-        broken = sorted(t for t in task.pass_to_pass if not buggy.passed(t))
-        if broken:
-            problems.append(f"with the bug: PASS_TO_PASS {_few(broken)} fail")
-        extra = sorted(
-            t for t in clean.passing if not buggy.passed(t) and t not in task.fail_to_pass
-        )
-        if extra:
-            problems.append(f"with the bug: {_few(extra)} fail too but are not FAIL_TO_PASS")
-    verdict.ok = not problems
-    verdict.seconds = round(time.monotonic() - started, 1)
-    return verdict
-
-
-def _few(tests: list[str], shown: int = 3) -> str:
-    head = ", ".join(tests[:shown])
-    return head + (f" and {len(tests) - shown} more" if len(tests) > shown else "")
-
-
-def run_check(args: argparse.Namespace) -> int:
-    import json
-
-    from training.tasks import TaskError, load_tasks
-
-    directory = args.dir.resolve()
-    try:
-        tasks = load_tasks(directory)
-    except TaskError as exc:
-        return _err(str(exc))
-    if args.limit is not None:
-        if args.limit < 1:
-            return _err("--limit must be at least 1")
-        tasks = tasks[: args.limit]
-    if args.workers < 1:
-        return _err("--workers must be at least 1")
-    verdicts: list[Verdict] = []
-    with ThreadPoolExecutor(args.workers) as pool:
-        for verdict in pool.map(lambda t: check_task_runs(directory, t), tasks):
-            verdicts.append(verdict)
-            mark = "ok  " if verdict.ok else "FAIL"
-            detail = "" if verdict.ok else ": " + "; ".join(verdict.problems)
-            print(f"{mark} {verdict.id} [{verdict.seconds:.1f} s]{detail}", file=sys.stderr)
-    failed = [v for v in verdicts if not v.ok]
+        with RLRun(config, out, resume=args.resume, log=sys.stderr) as run:
+            history = run.train()
+    except (ValueError, TrainStateError, TaskError) as exc:
+        raise UsageError(str(exc)) from None
+    last = history[-1] if history else {}
     print(
-        f"{len(verdicts) - len(failed)}/{len(verdicts)} tasks valid"
-        + (f"; failing: {', '.join(v.id for v in failed)}" if failed else ""),
+        f"tachy: {len(history)} RL steps in {time.perf_counter() - started:.1f} s; "
+        f"last reward {last.get('reward', 'n/a')}; checkpoint in {out}",
         file=sys.stderr,
     )
-    if args.json:
-        document = {
-            "tasks": [asdict(v) for v in verdicts],
-            "summary": {"checked": len(verdicts), "valid": len(verdicts) - len(failed)},
-        }
-        print(json.dumps(document, indent=2))
-    return 1 if failed else 0
-
-
-# ------------------------------------------------------------------- list
-def run_list(args: argparse.Namespace) -> int:
-    from training.tasks import TaskError, load_tasks
-
-    try:
-        tasks = load_tasks(args.dir)
-    except TaskError as exc:
-        return _err(str(exc))
-    for task in tasks:
-        mutation = task.metadata.mutation
-        where = f"{mutation.path}:{mutation.line}" if mutation else "-"
-        print(f"{task.id}\t{task.metadata.source}\t{where}\t{len(task.fail_to_pass)} failing")
     return 0
 
 
-# ------------------------------------------------------------------ demos
-def run_demos(args: argparse.Namespace) -> int:
-    import asyncio
+# ------------------------------------------------------------------ training
+def _check_args(args: argparse.Namespace) -> None:
+    if args.steps is not None and args.steps < 1:
+        raise UsageError(f"--steps must be at least 1, got {args.steps}")
+    if args.batch < 1:
+        raise UsageError(f"--batch must be at least 1, got {args.batch}")
+    micro = args.micro_batch or args.batch
+    if micro < 1 or args.batch % micro:
+        raise UsageError(f"--micro-batch ({micro}) must be >= 1 and divide --batch ({args.batch})")
+    if not args.lr > 0:
+        raise UsageError(f"--lr must be positive, got {args.lr}")
+    if min(args.warmup, args.eval_every, args.save_every) < 0:
+        raise UsageError("--warmup, --eval-every and --save-every must be >= 0")
+    if not 0 <= args.heldout < 1:
+        raise UsageError(f"--heldout must be in [0, 1), got {args.heldout}")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be at least 1, got {args.threads}")
+    if args.train_command == "pretrain":
+        if args.seq_len < 2:
+            raise UsageError(f"--seq-len must be at least 2, got {args.seq_len}")
+        if args.vocab_size is not None and args.vocab_size < 1:
+            raise UsageError(f"--vocab-size must be positive, got {args.vocab_size}")
+        if args.max_files is not None and args.max_files < 1:
+            raise UsageError(f"--max-files must be at least 1, got {args.max_files}")
+    else:
+        if args.max_len < 2:
+            raise UsageError(f"--max-len must be at least 2, got {args.max_len}")
+        if not args.resume and not args.init:
+            raise UsageError("sft needs --init CHECKPOINT_DIR (or --resume)")
 
-    from training.demos import write_demos
-    from training.envs import EnvError
-    from training.tasks import TaskError
 
-    if args.limit is not None and args.limit < 1:
-        return _err("--limit must be at least 1")
-    if args.workers < 1:
-        return _err("--workers must be at least 1")
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
-    def show(task, episode) -> None:
-        mark = "ok  " if episode.score.reward == 1.0 else "FAIL"
-        shape = episode.shape
-        print(
-            f"{mark} {task.id} [{episode.seconds:.1f} s, {shape.turns} turns, "
-            f"{shape.tool_calls} calls]",
-            file=sys.stderr,
-        )
 
-    try:
-        summary = asyncio.run(
-            write_demos(
-                args.dir, args.out, limit=args.limit, concurrency=args.workers, on_episode=show
+def run_training(args: argparse.Namespace) -> int:
+    _check_args(args)
+    from training.sft.common import METRICS_FILE, STATE_FILE, TrainStateError
+    from training.sft.trainer import read_state_config
+
+    out = Path(args.out)
+    if args.resume:
+        try:
+            config, meta = read_state_config(out)
+        except TrainStateError as exc:
+            raise UsageError(str(exc)) from None
+        if meta.get("command") != args.train_command:
+            raise UsageError(
+                f"{out} holds a `{meta.get('command')}` run, not `{args.train_command}`"
             )
+        if args.steps is not None:
+            config.steps = args.steps
+    else:
+        if any((out / f).exists() for f in (STATE_FILE, METRICS_FILE, "manifest.json")):
+            raise UsageError(
+                f"{out} already holds a checkpoint or a training run: pass --resume to continue "
+                "the run, or choose another --out (nothing there is overwritten)"
+            )
+        config = _train_config(args)
+        meta = {"command": args.train_command}
+
+    import torch
+
+    from model.hf import CheckpointError
+    from model.tokenizer import TokenizerError
+    from training.sft.data import DataError
+
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(config.seed)
+    try:
+        if args.train_command == "pretrain":
+            trainer = _pretrain_setup(args, config, meta)
+        else:
+            trainer = _sft_setup(args, config, meta)
+    except (DataError, CheckpointError, TokenizerError, ValueError) as exc:
+        raise UsageError(str(exc)) from None
+    if args.resume:
+        try:
+            step = trainer.restore()
+        except TrainStateError as exc:
+            raise UsageError(str(exc)) from None
+        if step >= config.steps:
+            print(f"tachy: {out} is already at step {step} of {config.steps}", file=sys.stderr)
+            return 0
+        print(f"tachy: resuming {out} at step {step}", file=sys.stderr)
+    started = time.perf_counter()
+    history = trainer.train()
+    seconds = time.perf_counter() - started
+    if history:
+        last = history[-1]
+        tokens = sum(m["tokens"] for m in history)
+        summary = (
+            f"tachy: {len(history)} steps in {seconds:.1f} s ({len(history) / seconds:.2f} steps/s, "
+            f"{tokens / seconds:,.0f} tokens/s); loss {last['loss']:.4f}"
         )
-    except (TaskError, EnvError) as exc:
-        return _err(str(exc))
-    except OSError as exc:
-        return _err(f"cannot write {args.out}: {exc.strerror or exc}")
-    for task_id, why in sorted(summary.broken.items()):
-        print(f"not solved: {task_id}: {why}", file=sys.stderr)
+        if last.get("eval_loss") is not None:
+            summary += f", held-out loss {last['eval_loss']:.4f}"
+        print(summary + f"; checkpoint in {out}", file=sys.stderr)
+    return 0
+
+
+def _train_config(args: argparse.Namespace):
+    from training.sft.trainer import TrainConfig
+
+    return TrainConfig(
+        steps=args.steps if args.steps is not None else args.default_steps,
+        batch_size=args.batch,
+        micro_batch_size=args.micro_batch or args.batch,
+        lr=args.lr,
+        warmup_steps=args.warmup,
+        eval_every=args.eval_every,
+        save_every=args.save_every,
+        seed=args.seed,
+    )
+
+
+def _pretrain_setup(args: argparse.Namespace, config, meta: dict):
+    from model.checkpoint import load
+    from model.config import PRESETS, preset
+    from model.model import Model
+    from model.tokenizer import Tokenizer, train_bpe
+    from training.sft.data import (
+        DataError,
+        corpus_files,
+        default_corpus,
+        encode_files,
+        pack_blocks,
+        split_files,
+    )
+    from training.sft.trainer import Trainer
+
+    out = Path(args.out)
+    if not args.resume:
+        meta.update(
+            corpus=str(Path(args.corpus).resolve()) if args.corpus else str(default_corpus()),
+            max_files=args.max_files,
+            seq_len=args.seq_len,
+            heldout=args.heldout,
+            preset=args.preset,
+            precision=args.precision or "fp32",
+        )
+        if args.preset not in PRESETS:
+            raise DataError(f"unknown preset {args.preset!r}; choose from {sorted(PRESETS)}")
+    root = Path(meta["corpus"])
+    files = corpus_files(root)[: meta["max_files"]]
+    train_files, heldout_files = split_files(files, meta["heldout"], root)
+    if not train_files:
+        raise DataError(f"corpus {root}: every file is held out; lower --heldout")
     print(
-        f"{summary.solved}/{summary.tasks} tasks solved by the expert in {summary.seconds:.0f} s; "
-        f"demonstrations in {args.out}",
+        f"tachy: corpus {root}: {len(train_files)} training files, {len(heldout_files)} held out",
         file=sys.stderr,
     )
-    return 1 if summary.broken else 0
+    if args.resume:
+        tokenizer = Tokenizer.from_file(out)
+        model = load(out)
+    else:
+        if args.tokenizer:
+            tokenizer = Tokenizer.from_file(args.tokenizer)
+        else:
+            vocab = args.vocab_size or PRESETS[args.preset]["vocab_size"]
+            print(f"tachy: training a BPE tokenizer of {vocab} ids ...", file=sys.stderr)
+            tokenizer = train_bpe(train_files, vocab)
+        model_config = preset(args.preset, vocab_size=tokenizer.vocab_size)
+        model = Model(model_config, precision=meta["precision"])
+    seq_len = meta["seq_len"]
+    if seq_len > model.config.max_position_embeddings - 1:
+        raise DataError(
+            f"--seq-len {seq_len} exceeds the model's {model.config.max_position_embeddings - 1} "
+            "positions"
+        )
+    train = pack_blocks(encode_files(tokenizer, train_files), seq_len)
+    heldout = (
+        pack_blocks(encode_files(tokenizer, heldout_files), seq_len) if heldout_files else None
+    )
+    if len(train) == 0:
+        raise DataError(f"corpus {root}: too small for one row of --seq-len {seq_len} tokens")
+    print(
+        f"tachy: {len(train)} training rows of {seq_len} tokens, "
+        f"{len(heldout) if heldout else 0} held out; model {model.config.num_params:,} parameters "
+        f"({meta['precision']} experts), tokenizer {tokenizer.vocab_size} ids",
+        file=sys.stderr,
+    )
+    return Trainer(model, tokenizer, train, heldout, config, out, meta=meta, log=sys.stderr)
+
+
+def _sft_setup(args: argparse.Namespace, config, meta: dict):
+    from model.checkpoint import load
+    from model.model import Model
+    from model.tokenizer import Tokenizer
+    from training.sft.data import DataError, read_demos, sft_examples, split_demos
+    from training.sft.trainer import Trainer
+
+    out = Path(args.out)
+    demos_path = Path(args.demos)
+    demos = read_demos(demos_path)
+    if args.resume:
+        if _sha256(demos_path) != meta.get("demos_sha256"):
+            raise DataError(f"{demos_path} is not the demonstrations file the run in {out} used")
+        tokenizer, model = Tokenizer.from_file(out), load(out)
+    else:
+        init = Path(args.init)
+        tokenizer, model = Tokenizer.from_file(init), load(init)
+        if model.quantized:
+            raise DataError(
+                f"{init} holds pre-quantized experts (for sampling); it cannot be trained"
+            )
+        precision = args.precision or model.precision
+        if precision != model.precision:
+            converted = Model(model.config, precision=precision)
+            converted.load_state_dict(model.state_dict())
+            model = converted
+        if args.max_len > model.config.max_position_embeddings:
+            # RoPE has no learnt positions: the context is a number in the config, raised
+            # so that the conversations fit (and so that the engine may sample that far).
+            print(
+                f"tachy: raising the model's context from {model.config.max_position_embeddings} "
+                f"to --max-len {args.max_len} tokens",
+                file=sys.stderr,
+            )
+            model.config.max_position_embeddings = args.max_len
+        meta.update(
+            init=str(init.resolve()),
+            demos_sha256=_sha256(demos_path),
+            max_len=args.max_len,
+            heldout=args.heldout,
+        )
+    train_demos, heldout_demos = split_demos(demos, meta["heldout"])
+    if not train_demos:  # a handful of demos, all drawn for held-out: train on them all
+        train_demos, heldout_demos = heldout_demos, []
+    train, stats = sft_examples(tokenizer, train_demos, meta["max_len"])
+    heldout, _ = sft_examples(tokenizer, heldout_demos, meta["max_len"])
+    if len(train) == 0:
+        raise DataError(
+            f"{demos_path}: no demonstration has an assistant turn within --max-len "
+            f"{meta['max_len']} tokens"
+        )
+    print(
+        f"tachy: {len(train)} training conversations ({train.target_tokens:,} assistant tokens; "
+        f"{stats.truncated} cut to {meta['max_len']} tokens, {len(stats.skipped)} skipped), "
+        f"{len(heldout)} held out",
+        file=sys.stderr,
+    )
+    return Trainer(model, tokenizer, train, heldout, config, out, meta=meta, log=sys.stderr)
+
+
+# ---------------------------------------------------------------------- plot
+PLOTTED = (
+    # pretrain / sft
+    "loss", "eval_loss", "aux_loss", "lr", "grad_norm", "tokens_per_s",
+    # rl
+    "reward", "train_reward", "heldout_solve_rate", "turns", "tool_calls", "tool_error_frac", "parallel_calls_per_turn", "tokens",
+    "rollout_s_mean", "step_s", "trainer_idle_frac", "staleness_mean", "logprob_mismatch",
+    "weight_sync_s",
+)  # fmt: skip
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def read_metrics(directory: Path) -> list[dict]:
+    path = directory / "metrics.jsonl"
+    if not path.is_file():
+        raise UsageError(f"{path}: not found (not a training output directory?)")
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise UsageError(f"{path}:{n}: not JSON") from None
+    if not rows:
+        raise UsageError(f"{path}: empty")
+    return rows
+
+
+def sparkline(values: list[float], width: int = 60) -> str:
+    """The values, averaged into at most `width` buckets, as block characters."""
+    if not values:
+        return ""
+    n = min(width, len(values))
+    buckets = [values[i * len(values) // n : (i + 1) * len(values) // n] for i in range(n)]
+    means = [sum(b) / len(b) for b in buckets]
+    lo, hi = min(means), max(means)
+    span = hi - lo or 1.0
+    return "".join(SPARK[int((m - lo) / span * (len(SPARK) - 1))] for m in means)
+
+
+def run_plot(args: argparse.Namespace) -> int:
+    directory = Path(args.dir)
+    rows = read_metrics(directory)
+    series = {
+        k: [(r["step"], r[k]) for r in rows if r.get(k) is not None]
+        for k in PLOTTED
+        if any(r.get(k) is not None for r in rows)
+    }
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib import pyplot as plt
+    except ImportError:
+        plt = None
+    if plt is not None and not (args.out and args.out.suffix == ".csv"):
+        out = Path(args.out or directory / "metrics.png")
+        fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.2 * len(series)), sharex=True)
+        for ax, (name, points) in zip(
+            list(getattr(axes, "flat", [axes])), series.items(), strict=False
+        ):
+            ax.plot(*zip(*points, strict=True), marker="." if len(points) < 50 else None)
+            ax.set_ylabel(name)
+        fig.supxlabel("step")
+        fig.tight_layout()
+        fig.savefig(out)
+        print(f"tachy: wrote {out}", file=sys.stderr)
+        return 0
+    out = Path(args.out or directory / "metrics.csv")
+    columns = ["step", *[k for k in rows[0] if k != "step"]]
+    columns += sorted({k for r in rows for k in r} - set(columns))
+    with out.open("w", encoding="utf-8", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(columns)
+        for r in rows:
+            cells = [r.get(c) for c in columns]
+            writer.writerow(
+                "" if v is None else json.dumps(v) if isinstance(v, dict | list) else v
+                for v in cells
+            )
+    print(f"tachy: matplotlib is not installed; wrote the metrics as CSV to {out}", file=sys.stderr)
+    print(f"{len(rows)} steps ({rows[0]['step']}..{rows[-1]['step']})", file=sys.stderr)
+    width = max(map(len, series), default=0)
+    for name, points in series.items():
+        values = [v for _, v in points]
+        print(
+            f"{name:>{width}}  first {values[0]:<10.4g} last {values[-1]:<10.4g} "
+            f"min {min(values):<10.4g} {sparkline(values)}",
+            file=sys.stderr,
+        )
+    return 0

@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from bench import envs as bench
-from training.tasks import BUILD_FILE, BuildRecord, ProjectBuild
+from training.tasks.taskset import BUILD_FILE, BuildRecord, ProjectBuild
 
 pytestmark = [
     pytest.mark.timeout(300),

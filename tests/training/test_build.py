@@ -11,7 +11,7 @@ import msgspec
 import pytest
 
 from tests.training.projects import TESTS, make_env, write_project
-from training.build import (
+from training.tasks.build import (
     BuildError,
     BuildOptions,
     LocalSource,
@@ -19,15 +19,15 @@ from training.build import (
     build_tasks,
     limit_pass_to_pass,
 )
-from training.cli import check_task_runs
-from training.pypi import (
+from training.tasks.cli import check_task_runs
+from training.tasks.pypi import (
     ProjectSkip,
     extract,
     find_layout,
     project_name,
     read_test_requirements,
 )
-from training.tasks import BUILD_FILE, TASKS_FILE, BuildRecord, load_tasks
+from training.tasks.taskset import BUILD_FILE, TASKS_FILE, BuildRecord, load_tasks
 
 # Each test runs real test suites in the sandbox (several seconds each on 2 busy cores).
 pytestmark = pytest.mark.timeout(300)

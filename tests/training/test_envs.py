@@ -1,4 +1,4 @@
-"""The environment server (training/envs.py, training/snapshot.py) on a real task set:
+"""The environment server (training/env/pool.py, training/env/snapshot.py) on a real task set:
 real checkouts, the agent's real tools and sandbox, real pytest runs. No mocks."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import pytest
 from agent.cgroup import ProcessCgroup
 from tests.conftest import call_tool
 from tests.training.projects import make_env
-from training import snapshot
-from training.envs import EnvError, EnvLimits, EnvPool, sweep_stale
-from training.tasks import Task, TaskMeta, append_tasks
+from training.env import snapshot
+from training.env.pool import EnvError, EnvLimits, EnvPool, sweep_stale
+from training.tasks.taskset import Task, TaskMeta, append_tasks
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -496,7 +496,7 @@ async def test_rollout_cancelled_mid_command_kills_it(taskset: Path, workdir: Pa
 
 KILLED_OWNER = """
 import asyncio, sys, time
-from training.envs import EnvPool
+from training.env.pool import EnvPool
 
 pool = EnvPool(sys.argv[1], size=1, workdir=sys.argv[2], strategy=sys.argv[3])
 env = pool.acquire("calc-1")

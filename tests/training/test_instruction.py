@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from training.instruction import (
+from training.tasks.instruction import (
     MAX_CHARS,
     failure_sections,
     section_title,
@@ -141,7 +141,7 @@ def test_wording_agrees_with_the_number_of_tests():
 
 
 def test_expectation_follows_the_assert_source_order():
-    from training.instruction import _expectation
+    from training.tasks.instruction import _expectation
 
     # expected value written first: pytest prints it first too
     reversed_order = [

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.mutate import (
+from training.tasks.mutate import (
     OPERATORS,
     MutationError,
     apply_mutation,
@@ -19,7 +19,7 @@ from training.mutate import (
     revert_text,
     sample_mutations,
 )
-from training.tasks import Mutation
+from training.tasks.taskset import Mutation
 
 
 def _src(text: str) -> str:

@@ -1,4 +1,4 @@
-"""The environment server as a Ray actor (training/ray_envs.py): one small local
+"""The environment server as a Ray actor (training/env/actor.py): one small local
 cluster for the module, real sandboxes inside the actor process."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from tests.training.test_envs import BUGGY_OPS, make_taskset, mounts_in, wait_go
 
 ray = pytest.importorskip("ray")
 
-from training.envs import EnvError  # noqa: E402
-from training.ray_envs import EnvActor  # noqa: E402
+from training.env.actor import EnvActor  # noqa: E402
+from training.env.pool import EnvError  # noqa: E402
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -129,7 +129,7 @@ def test_killed_actor_is_swept_by_the_next_pool(setup, tmp_path_factory) -> None
     )
     assert wait_present(marker)
     ray.kill(actor)  # SIGKILL: no cleanup runs
-    from training.envs import EnvPool, _start_time
+    from training.env.pool import EnvPool, _start_time
 
     deadline = time.monotonic() + 30
     while _start_time(pid) is not None and time.monotonic() < deadline:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.training.test_tasks_cli import _registry_reachable
-from training.tasks import load_tasks
+from training.tasks.taskset import load_tasks
 
 ROOT = Path(__file__).resolve().parents[2]
 TACHY = ".venv/bin/tachy"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from agent import events as ev
 from agent.lints import Diagnostic
-from training.reward import lints_introduced, run_shape, score_tests
-from training.tasks import Task, TaskMeta
-from training.testrun import TestReport
+from training.env.reward import lints_introduced, run_shape, score_tests
+from training.env.testrun import TestReport
+from training.tasks.taskset import Task, TaskMeta
 
 
 def task(f2p, p2p) -> Task:

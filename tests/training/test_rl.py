@@ -1,4 +1,4 @@
-"""The RL trainer (training/rl.py and its roles): token-in/token-out rollouts from a real
+"""The RL trainer (training/rl/controller.py and its roles): token-in/token-out rollouts from a real
 engine in real sandboxes, the update, exact resume, and `tachy train rl` end to end on
 Ray with the tiny config.
 
@@ -25,13 +25,16 @@ from model.checkpoint import load, save
 from model.tokenizer import IM_END, train_bpe
 from tests.training.test_envs import BUGGY_OPS, TEST_OPS, task, write
 from tests.training.test_sft import CODE, DEMOS, tiny_model
-from training.inference import InferenceService, sampler_weights
-from training.rl import RLConfig, RLRun, RLTrainer, TaskSampler
-from training.rl_loss import TokenBatch, sequence_logprobs
-from training.rollout_worker import RolloutResult, RolloutService, RolloutSettings
-from training.sft import read_state, write_checkpoint
-from training.tasks import TaskError, append_tasks
-from training.token_policy import TokenPolicy
+from training.rl.buffer import TaskSampler
+from training.rl.config import RLConfig
+from training.rl.controller import RLRun
+from training.rl.inference import InferenceService, sampler_weights
+from training.rl.loss import TokenBatch, sequence_logprobs
+from training.rl.rollout_worker import RolloutResult, RolloutService, RolloutSettings
+from training.rl.token_policy import TokenPolicy
+from training.rl.trainer import RLTrainer
+from training.sft.common import read_state, write_checkpoint
+from training.tasks.taskset import TaskError, append_tasks
 
 pytestmark = [
     pytest.mark.timeout(600),

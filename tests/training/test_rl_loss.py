@@ -12,8 +12,7 @@ from model import Model
 from model.generate import Engine, SamplingParams
 from model.tokenizer import train_bpe
 from tests.model import test_model as model_tests
-from training.replay import check_experts, moe_modules
-from training.rl_loss import (
+from training.rl.loss import (
     TokenBatch,
     TokenSequence,
     batch_advantages,
@@ -22,6 +21,7 @@ from training.rl_loss import (
     sequence_logprobs,
     staleness,
 )
+from training.rl.routing_replay import check_experts, moe_modules
 
 pytestmark = pytest.mark.usefixtures("torch_path")  # kernels' torch path (no interpreter)
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from agent.policy import ReplayPolicy
-from training.envs import EnvLimits, EnvPool
-from training.expert import ExpertPolicy, runner_command
-from training.rollout import run_episode
-from training.tasks import Mutation, Task, TaskMeta, append_tasks
+from training.env.episode import run_episode
+from training.env.pool import EnvLimits, EnvPool
+from training.tasks.expert import ExpertPolicy, runner_command
+from training.tasks.taskset import Mutation, Task, TaskMeta, append_tasks
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -16,7 +16,7 @@ from agent.parser import ToolCallParser
 from model import Model, load, preset
 from model.generate import Engine, SamplingParams
 from model.tokenizer import IM_END, train_bpe
-from training.data import (
+from training.sft.data import (
     DataError,
     corpus_files,
     encode_files,
@@ -26,7 +26,7 @@ from training.data import (
     sft_examples,
     split_files,
 )
-from training.sft import TrainConfig, Trainer
+from training.sft.trainer import TrainConfig, Trainer
 
 SYSTEM = "You are tachy. Call tools with <tool_call> blocks."
 CODE = '''
@@ -293,7 +293,7 @@ def test_resume_reproduces_the_run_exactly(tok, corpus: Path, tmp_path: Path):
 
 
 def test_resume_refuses_weights_from_another_save(tok, corpus: Path, tmp_path: Path):
-    from training.sft import TrainStateError
+    from training.sft.common import TrainStateError
 
     data = pretrain_data(tok, corpus)
     config = TrainConfig(steps=2, batch_size=2, micro_batch_size=2, eval_every=0)

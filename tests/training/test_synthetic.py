@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from training.mutate import apply_mutation, find_mutations, sample_mutations
-from training.synthetic import SyntheticError, SyntheticRepo, generate_repo
-from training.testrun import run_tests_in
+from training.env.testrun import run_tests_in
+from training.tasks.mutate import apply_mutation, find_mutations, sample_mutations
+from training.tasks.synthetic import SyntheticError, SyntheticRepo, generate_repo
 
 
 def _files(root: Path) -> dict[str, bytes]:

@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from tests.training.projects import make_env, write_project
-from training.tasks import TASKS_FILE, encode_task, load_tasks
+from training.tasks.taskset import TASKS_FILE, encode_task, load_tasks
 
 TACHY = [sys.executable, "-m", "server.cli"]
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_bad_input_gets_a_clear_error(tmp_path):
 
 @pytest.mark.timeout(600)  # two builds' worth of test runs on a busy 2-core machine
 def test_synthetic_build(tmp_path):
-    pytest.importorskip("training.synthetic")
+    pytest.importorskip("training.tasks.synthetic")
     out = tmp_path / "set"
     run = tachy(
         "tasks", "build", "--synthetic", "2", "--seed", "1", "--max-tasks", "3", "--out", str(out)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from training.testrun import run_tests_in
+from training.env.testrun import run_tests_in
 
 COMMAND = f"{sys.executable} -m pytest -q -p no:cacheprovider --continue-on-collection-errors tests"
 

@@ -18,10 +18,10 @@ from pathlib import Path
 import msgspec
 
 from agent.policy import Message
-from training.envs import EnvPool
-from training.expert import ExpertPolicy
-from training.rollout import Episode, run_episode
-from training.tasks import Task, load_tasks
+from training.env.episode import Episode, run_episode
+from training.env.pool import EnvPool
+from training.tasks.expert import ExpertPolicy
+from training.tasks.taskset import Task, load_tasks
 
 
 class Demo(msgspec.Struct, kw_only=True):

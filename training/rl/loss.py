@@ -59,7 +59,7 @@ import torch
 from torch import Tensor
 
 from model.model import Model
-from training import replay
+from training.rl import routing_replay
 
 MODES = ("token", "gspo")
 CLIP_DEFAULTS = {"token": (0.2, 0.28), "gspo": (3e-4, 4e-4)}  # (eps_low, eps_high)
@@ -271,7 +271,7 @@ def sequence_logprobs(
     if replay_routing and experts is None:
         raise ValueError("replay asked but the batch has no routed_experts")
     if experts is not None:
-        replay.check_experts(model, experts)
+        routing_replay.check_experts(model, experts)
     logits = model(batch.input_ids, replay_routing=experts)  # [B, L, V]
     logits = logits[:, :-1].float() / temperature  # [B, L-1, V] predicts tokens 1..L-1
     target = batch.input_ids[:, 1:, None]  # [B, L-1, 1]

@@ -14,8 +14,8 @@ import msgspec
 
 from agent import events as ev
 from agent.lints import Diagnostic
-from training.tasks import Task
-from training.testrun import TestReport
+from training.env.testrun import TestReport
+from training.tasks.taskset import Task
 
 
 class Score(msgspec.Struct, kw_only=True):

@@ -2,7 +2,7 @@
 
 Tests run as the agent's commands do, through agent.sandbox.Sandbox (no network, the
 time, process and memory limits), with a small pytest plugin
-(training/pytest_plugin/tachy_results.py) recording every test's outcome in a file of
+(training/env/pytest_plugin/tachy_results.py) recording every test's outcome in a file of
 the workspace. The plugin is added through PYTEST_ADDOPTS, so any pytest command works
 unchanged.
 

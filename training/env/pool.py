@@ -1,7 +1,7 @@
 """The environment server: a warm pool of sandboxes, each a task's repository.
 
 An `Env` is one sandbox: a copy-on-write checkout of a task's repository snapshot
-(training.snapshot) with the agent's own `Workspace`, terminal `Sandbox` and
+(training.env.snapshot) with the agent's own `Workspace`, terminal `Sandbox` and
 `ToolContext` on it, built exactly as the language server builds them, so a tool
 behaves the same in training as in the editor. `EnvPool` keeps `size` of them warm
 and hands them out:
@@ -44,10 +44,10 @@ from agent.lints import LintRunner
 from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ToolContext
 from agent.workspace import Workspace
-from training import snapshot
-from training.snapshot import Checkout, SnapshotError, choose_strategy
-from training.tasks import Task, load_tasks, task_python, task_repo_dir, task_test_command
-from training.testrun import TestReport, run_tests
+from training.env import snapshot
+from training.env.snapshot import Checkout, SnapshotError, choose_strategy
+from training.env.testrun import TestReport, run_tests
+from training.tasks.taskset import Task, load_tasks, task_python, task_repo_dir, task_test_command
 
 DEFAULT_WORKDIR = Path("/tmp/tachy-envs")
 _SANDBOX_NAME = re.compile(r"^(\d+)-")  # PID-N sandboxes, PID-probe-... probes

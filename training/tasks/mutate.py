@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from training.tasks import Mutation
+from training.tasks.taskset import Mutation
 
 OPERATORS: dict[str, str] = {
     "binary_operator": "an arithmetic or bitwise operator swapped (+/-, *//, //→/, %→//, <</>>, &/|)",

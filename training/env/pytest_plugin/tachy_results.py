@@ -1,6 +1,6 @@
 """A pytest plugin that records every test's outcome, one JSON object per line, in
 the file named by $TACHY_RESULTS: {"nodeid": ..., "outcome": ...}. Loaded by
-training.testrun through PYTEST_ADDOPTS="-p tachy_results".
+training.env.testrun through PYTEST_ADDOPTS="-p tachy_results".
 
 Outcomes: passed, failed, error (setup or teardown failed), skipped, xfailed, xpassed,
 and collection_error (for a module that failed to import). A line is written as soon

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from agent.policy import Message, PolicyError
 from model.tokenizer import IM_END, Tokenizer
-from training.rl_loss import TokenSequence
+from training.rl.loss import TokenSequence
 
 
 @dataclass

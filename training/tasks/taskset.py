@@ -35,7 +35,7 @@ class TaskError(Exception):
 class Mutation(msgspec.Struct, frozen=True, kw_only=True):
     """One injected bug: `original` (source text at path:line) replaced by `mutated`."""
 
-    operator: str  # see training.mutate.OPERATORS
+    operator: str  # see training.tasks.mutate.OPERATORS
     path: str  # repository-relative, "/"-separated
     line: int  # 1-based line where the change starts
     original: str

@@ -1,6 +1,6 @@
 """Training data for the supervised warm-up: a code corpus for pretraining and the
 scripted expert's demonstrations for fine-tuning, both as `Examples` (token rows and
-loss masks) for training/sft.py.
+loss masks) for training/sft/trainer.py.
 
     files = corpus_files()                      # the interpreter's stdlib, sorted
     train, heldout = split_files(files, 0.05)   # by a hash of each relative path
@@ -34,7 +34,7 @@ the mask is cut with it (a partial assistant turn keeps its leading tokens, with
 `<|im_end|>`). A conversation whose first `max_len` tokens hold no assistant token is
 skipped. `SFTStats` counts both. There is no packing: the model has no per-document
 attention mask, so two conversations in one row would attend to each other; rows are
-right-padded per micro-batch instead (training/sft.py), which causal attention ignores.
+right-padded per micro-batch instead (training/sft/trainer.py), which causal attention ignores.
 """
 
 from __future__ import annotations

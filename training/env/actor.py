@@ -3,7 +3,7 @@
     actor = EnvActor.remote("tasks/", size=4, limits=EnvLimits(memory_bytes=2 << 30))
     env_id = ray.get(actor.acquire.remote("calc-1"))
     ray.get(actor.call_tool.remote(env_id, "read_file", {"path": "calc/ops.py"}))
-    report = ray.get(actor.run_tests.remote(env_id))      # a training.testrun.TestReport
+    report = ray.get(actor.run_tests.remote(env_id))      # a training.env.testrun.TestReport
     ray.get(actor.release.remote(env_id))
     episode = ray.get(actor.rollout.remote("calc-1", "openai:http://h:8000/v1#m", 30))
 
@@ -26,8 +26,8 @@ from agent.executor import check_call, run_call
 from agent.parser import RawCall
 from agent.render import render_result
 from agent.tools import ALL_TOOLS
-from training.envs import Env, EnvError, EnvLimits, EnvPool
-from training.testrun import TestReport
+from training.env.pool import Env, EnvError, EnvLimits, EnvPool
+from training.env.testrun import TestReport
 
 _TOOLS = {tool.name: tool() for tool in ALL_TOOLS}
 
@@ -111,9 +111,9 @@ class EnvService:
     async def rollout(self, task_id: str, policy_spec: str, max_turns: int = 30):
         """One episode of `task_id` driven by the policy `policy_spec` (see
         agent.policy.load_policy): acquire, run and score, release. Returns
-        training.rollout.Episode."""
+        training.env.episode.Episode."""
         from agent.policy import load_policy
-        from training.rollout import run_episode
+        from training.env.episode import run_episode
 
         policy = load_policy(policy_spec)
         env_id = await self.acquire(task_id)

@@ -19,8 +19,8 @@ import shlex
 from collections.abc import AsyncIterator
 
 from agent.policy import Message, PolicyError
-from training.mutate import fix_edit
-from training.tasks import Task, TaskError
+from training.tasks.mutate import fix_edit
+from training.tasks.taskset import Task, TaskError
 
 MAX_SHOWN_TESTS = 3
 # pytest options whose value is the next word (so that word is not a test path)

@@ -4,16 +4,16 @@ the project's own tests catch them.
 For each source (a PyPI project, a synthetic repository, a local directory):
 
 1. prepare it: a clean snapshot in DIR/repos/NAME and, for PyPI, an environment in
-   DIR/envs/NAME (training.pypi, training.synthetic);
+   DIR/envs/NAME (training.tasks.pypi, training.tasks.synthetic);
 2. run its suite twice on a scratch copy; the tests passing both times are the
    candidates (a suite that hangs or passes fewer than MIN_PASSING_TESTS skips the
    project, with the reason; tests slower than SLOW_TEST_S are deselected);
-3. sample mutations of its source files (training.mutate), and for each run the suite
+3. sample mutations of its source files (training.tasks.mutate), and for each run the suite
    on the mutant: it becomes a task when at least one candidate now fails. Those are
    FAIL_TO_PASS; candidates passing on the mutant are PASS_TO_PASS (at most
    P2P_LIMIT of them: the failing tests' own files first, then a deterministic sample;
    metadata.extra["pass_to_pass_total"] says how many there were);
-4. write the instruction from the failing tests' output (training.instruction) and
+4. write the instruction from the failing tests' output (training.tasks.instruction) and
    append the task to DIR/tasks.jsonl at once, so an interrupted build keeps it.
 
 `max_tasks` counts per project. Mutants run on `workers` threads, each with its own
@@ -49,10 +49,11 @@ from pathlib import Path
 import msgspec
 
 from agent.sandbox import SandboxConfig
-from training import mutate
-from training.instruction import write_instruction
-from training.pypi import Project, ProjectSkip, find_layout, prepare_local, prepare_pypi
-from training.tasks import (
+from training.env.testrun import TestReport, run_tests_in
+from training.tasks import mutate
+from training.tasks.instruction import write_instruction
+from training.tasks.pypi import Project, ProjectSkip, find_layout, prepare_local, prepare_pypi
+from training.tasks.taskset import (
     BUILD_FILE,
     TASKS_FILE,
     BuildRecord,
@@ -64,7 +65,6 @@ from training.tasks import (
     append_tasks,
     load_tasks,
 )
-from training.testrun import TestReport, run_tests_in
 
 P2P_LIMIT = 300
 LOCK_FILE = ".build.lock"
@@ -107,7 +107,7 @@ class SyntheticSource:
     seed: int
 
     def prepare(self, out: Path, log: Callable[[str], None]) -> Project:
-        from training import synthetic  # only synthetic builds need it
+        from training.tasks import synthetic  # only synthetic builds need it
 
         name = f"synthetic-{self.seed}"
         repo = out / "repos" / name

@@ -6,7 +6,7 @@
 The executor gets the Env's ToolContext (its Workspace and terminal Sandbox), exactly
 as the language server builds one for an editor; only the workspace and the policy
 differ. When the run ends, the task's test files are put back and its test command
-scores the result (training.reward). A run cut by a limit (turns or wall clock) is
+scores the result (training.env.reward). A run cut by a limit (turns or wall clock) is
 marked `truncated`: the trainer masks it rather than scoring it as a failure. Setting
 the `abort` event stops a run early (the RL controller no longer needs it): its
 commands are killed, its tests are not run, and it ends `aborted` (also truncated).
@@ -26,10 +26,10 @@ from agent.executor import Executor
 from agent.lints import LintError
 from agent.policy import Message, Policy
 from agent.render import render_results_message
-from training.reward import RunShape, Score, lints_introduced, run_shape, score_tests
+from training.env.reward import RunShape, Score, lints_introduced, run_shape, score_tests
 
 if TYPE_CHECKING:
-    from training.envs import Env
+    from training.env.pool import Env
 
 TRUNCATING = frozenset({"max_turns", "timeout", "aborted"})
 

@@ -23,11 +23,11 @@ from typing import Any
 import ray
 
 from model.policy import find_tokenizer
-from training.envs import EnvLimits
-from training.ray_envs import EnvService
-from training.rl_loss import TokenSequence
-from training.rollout import run_episode
-from training.token_policy import Sample, TokenPolicy
+from training.env.actor import EnvService
+from training.env.episode import run_episode
+from training.env.pool import EnvLimits
+from training.rl.loss import TokenSequence
+from training.rl.token_policy import Sample, TokenPolicy
 
 STATUSES = ("scored", "truncated", "max_tokens", "stale", "aborted", "error")
 

@@ -37,7 +37,7 @@ from model.checkpoint import load
 from model.generate import Engine, SamplingParams
 from model.model import Model
 from model.policy import find_tokenizer
-from training.token_policy import Sample
+from training.rl.token_policy import Sample
 
 
 def sampler_weights(model: Model) -> dict[str, Tensor]:

@@ -1,1 +1,0 @@
-"""The pytest plugin training.testrun loads into task test runs (by path, not by import)."""

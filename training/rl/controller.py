@@ -1,0 +1,346 @@
+"""The RL trainer on Ray: one controller driving inference actors, rollout workers and a
+trainer, behind `tachy train rl --config FILE [--steps N] --out DIR`.
+
+    config = RLConfig.from_file("rl.toml")
+    with RLRun(config, out="runs/rl") as run:
+        run.train()               # metrics in runs/rl/metrics.jsonl, checkpoint in runs/rl
+
+Roles (slime / verl's split): the controller (RLRun, this process) decides when to
+launch rollouts and when to train; the rollout buffer (training.rl.buffer) hands tasks
+out as groups of rollouts and collects their results; inference actors
+(training.rl.inference) sample, token in, token out; rollout workers
+(training.rl.rollout_worker) run the agent executor, imported unchanged, in sandboxed
+environments and score the runs with the task's tests; the trainer
+(training.rl.trainer.RLTrainer, in this process) computes the loss (training.rl.loss)
+and updates the model, whose weights go to the inference actors through the object
+store after each step. The settings: training.rl.config.RLConfig.
+
+A step takes `groups_per_step` groups of `group_size` rollouts, each group G runs of one
+task from the same start. Asynchronous mode (the default) keeps `groups_per_step +
+overprovision` groups in flight while the trainer works, and a step takes the first
+groups to finish (a group finishes when all its runs have): stragglers never stall a
+step, they carry over to the next. Rollouts keep sampling across weight updates (each
+token records the version that drew it); one that would use weights more than
+`max_staleness` versions newer than its first is stopped, and one that finishes with
+tokens more than `max_staleness` versions older than the trainer's is masked. With
+`async_rollouts = false` a step launches exactly its groups, waits for all of them,
+trains, and syncs (the synchronous baseline bench/rl.py measures against).
+
+Trainer idle fraction: the share of a step's wall time (since the previous step's
+update and sync ended) the trainer spent waiting for rollouts.
+
+Checkpoints (every `save_every` steps and the last): the model (loadable as
+`local:DIR`), the optimizer, the step (= the policy version), RNG states and the task
+sampler's position, written like the SFT trainer's. `resume` restores all of it: from
+the same batch the next update is bit-identical to the uninterrupted run's, and the
+task order continues where it stopped (the rollouts themselves are sampled anew).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import ray
+import torch
+
+from agent.policy import PolicyError
+from model.checkpoint import load
+from model.policy import find_tokenizer
+from training.env.pool import EnvLimits
+from training.rl.buffer import RolloutBuffer, TaskSampler
+from training.rl.config import RLConfig
+from training.rl.inference import InferenceActor, sampler_weights
+from training.rl.rollout_worker import RolloutResult, RolloutSettings, RolloutWorker
+from training.rl.trainer import RLTrainer
+from training.sft.common import (
+    METRICS_FILE,
+    TrainStateError,
+    read_state,
+    truncate_metrics,
+    write_checkpoint,
+)
+from training.sft.data import is_heldout
+from training.tasks.taskset import load_tasks
+
+
+class RLRun:
+    def __init__(
+        self,
+        config: RLConfig,
+        out: str | Path,
+        *,
+        resume: bool = False,
+        log: TextIO | None = None,
+    ) -> None:
+        config.check()
+        self.config, self.out, self.log = config, Path(out), log
+        if config.trainer_threads:
+            torch.set_num_threads(config.trainer_threads)
+        source = self.out if resume else Path(config.init)
+        state = read_state(self.out) if resume else None
+        try:
+            model = load(source)
+        except Exception as exc:
+            raise ValueError(f"cannot load the model from {source}: {exc}") from None
+        try:
+            self.tokenizer = find_tokenizer(source)
+        except PolicyError as exc:
+            raise ValueError(str(exc)) from None
+        context = model.config.max_position_embeddings
+        if config.max_tokens > context:
+            raise ValueError(
+                f"max_tokens {config.max_tokens} exceeds the model's context of {context} tokens"
+            )
+        self.trainer = RLTrainer(model, self.tokenizer, config)
+        task_ids = [t.id for t in load_tasks(config.tasks)]
+        fraction = config.heldout_fraction
+        held = [t for t in task_ids if fraction and is_heldout(t, fraction)]
+        self.sampler = TaskSampler(sorted(set(task_ids) - set(held)), config.seed)
+        self.eval_taskset = config.heldout_tasks or (config.tasks if held else None)
+        if config.heldout_tasks:
+            held = [t.id for t in load_tasks(config.heldout_tasks)]
+        self.heldout_ids = sorted(held)[: config.eval_tasks]
+        self.out.mkdir(parents=True, exist_ok=True)  # once the inputs are known good
+        if state is not None:
+            self.trainer.load_state_dict(state)
+            self.sampler.epoch, self.sampler.cursor = state["sampler"]
+            truncate_metrics(self.out, self.trainer.version)
+        self.buffer: RolloutBuffer | None = None  # made with the actors
+        self._actors_up = False
+
+    # ------------------------------------------------------------------ actors
+    def _start_actors(self) -> None:
+        cfg = self.config
+        if not ray.is_initialized():
+            ray.init(
+                num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
+                log_to_driver=False, logging_level="ERROR",
+            )  # fmt: skip
+        ckpt = str(self.out if (self.out / "manifest.json").is_file() else cfg.init)
+        options = dict(
+            max_batch=cfg.inference_batch, max_seq=cfg.max_tokens, temperature=cfg.temperature,
+            threads=cfg.inference_threads, compile=cfg.compile,
+        )  # fmt: skip
+        self.inference = [
+            InferenceActor.options(num_cpus=0).remote(ckpt, seed=cfg.seed * 101 + i, **options)
+            for i in range(cfg.inference_actors)
+        ]
+        limits = EnvLimits(
+            command_timeout_s=cfg.command_timeout_s, rollout_timeout_s=cfg.rollout_timeout_s
+        )
+        self.workers = [
+            RolloutWorker.options(num_cpus=0).remote(
+                cfg.tasks, ckpt, size=cfg.envs_per_worker, workdir=cfg.workdir, limits=limits
+            )
+            for _ in range(cfg.rollout_workers)
+        ]
+        self.eval_workers = []
+        if self.heldout_ids:
+            self.eval_workers = [
+                RolloutWorker.options(num_cpus=0).remote(
+                    self.eval_taskset, ckpt, size=0, workdir=cfg.workdir, limits=limits
+                )
+            ]
+        launched = self.buffer.launched if self.buffer is not None else 0
+        self.buffer = RolloutBuffer(
+            self.workers, self.inference, self.sampler, cfg.group_size, launched=launched
+        )
+        self._actors_up = True
+        self.sync_weights()
+
+    def sync_weights(self) -> float:
+        """Put the trainer's weights in the object store once; every inference actor loads
+        them as the trainer's version. Returns the seconds until all have."""
+        started = time.perf_counter()
+        ref = ray.put(sampler_weights(self.trainer.model))
+        ray.get([a.set_weights.remote(self.trainer.version, ref) for a in self.inference])
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        if not self._actors_up:
+            return
+        for w in self.workers + self.eval_workers:
+            with contextlib.suppress(Exception):  # a dead worker: its sandboxes get swept
+                ray.get(w.close.remote(), timeout=60)
+            ray.kill(w)
+        for a in self.inference:
+            ray.kill(a)
+        self._actors_up = False
+
+    def __enter__(self) -> RLRun:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ rollouts
+    def _settings(self, *, greedy: bool = False) -> RolloutSettings:
+        cfg = self.config
+        return RolloutSettings(
+            max_turns=cfg.max_turns, max_tokens=cfg.max_tokens,
+            max_new_tokens=cfg.max_new_tokens, timeout_s=cfg.rollout_timeout_s,
+            max_staleness=None if greedy or not cfg.async_rollouts else cfg.max_staleness,
+            temperature=0.0 if greedy else None,
+        )  # fmt: skip
+
+    def _mask_stale(self, results: list[RolloutResult]) -> int:
+        """Mask finished rollouts with tokens older than the staleness bound allows."""
+        bound = self.trainer.version - self.config.max_staleness
+        n = 0
+        for r in results:
+            if r.status == "scored" and r.versions is not None and r.versions[0] < bound:
+                r.status = "stale"
+                n += 1
+        return n
+
+    # ------------------------------------------------------------------ the loop
+    def train(self, steps: int | None = None) -> list[dict[str, Any]]:
+        """Run RL steps up to `steps` (default: config.steps); returns their metrics."""
+        cfg = self.config
+        until = cfg.steps if steps is None else steps
+        if not self._actors_up:
+            self._start_actors()
+        buffer = self.buffer
+        assert buffer is not None
+        history: list[dict[str, Any]] = []
+        if self.heldout_ids and self.trainer.version == 0:
+            self._write({"step": 0} | self.evaluate())
+        mark = time.perf_counter()
+        try:
+            while self.trainer.version < until:
+                want = cfg.groups_per_step
+                target = want + cfg.overprovision  # groups in flight or ready (async)
+                settings = self._settings()
+                if not cfg.async_rollouts:
+                    while buffer.running < want:
+                        buffer.launch(self.trainer.version, settings)
+                waited = time.perf_counter()
+                while buffer.ready < want:
+                    if cfg.async_rollouts:
+                        while buffer.running + buffer.ready < target:
+                            buffer.launch(self.trainer.version, settings)
+                    buffer.collect()
+                idle = time.perf_counter() - waited
+                results = buffer.take(want)
+                stale = self._mask_stale(results)
+                m = self.trainer.train_step(results)
+                sync_s = self.sync_weights()
+                now = time.perf_counter()
+                step_s = now - mark
+                mark = now
+                m = {"step": self.trainer.version} | self._rollout_metrics(results) | m
+                m |= {
+                    "stale_masked": stale,
+                    "carried_over": buffer.ready + buffer.running,
+                    "weight_sync_s": round(sync_s, 4),
+                    "step_s": round(step_s, 3),
+                    "trainer_idle_s": round(idle, 3),
+                    "trainer_idle_frac": round(idle / step_s, 4) if step_s > 0 else 0.0,
+                }
+                done = self.trainer.version == until
+                if self.heldout_ids and (
+                    done or (cfg.eval_every and self.trainer.version % cfg.eval_every == 0)
+                ):
+                    m |= self.evaluate()
+                    mark = time.perf_counter()  # evaluation is not step time
+                if done or (cfg.save_every and self.trainer.version % cfg.save_every == 0):
+                    self.save()
+                self._write(m)
+                history.append(m)
+        finally:
+            buffer.abort()  # the run is over: stop what still runs
+        return history
+
+    def evaluate(self) -> dict[str, Any]:
+        """Held-out solve rate: each held-out task once, greedy, with the current weights."""
+        started = time.perf_counter()
+        settings = self._settings(greedy=True)
+        worker, n = self.eval_workers[0], len(self.inference)
+        refs = [
+            worker.rl_rollout.remote(
+                f"eval{self.trainer.version}.{i}", task_id, self.inference[i % n], settings
+            )
+            for i, task_id in enumerate(self.heldout_ids)
+        ]
+        results = ray.get(refs)
+        m = self._rollout_metrics(results)
+        # Solved: the agent ended its run itself and the tests pass; a run cut by a limit
+        # counts as unsolved here, whatever its tests say.
+        solved = sum(r.reward > 0 and not r.masked for r in results)
+        return {
+            "heldout_solve_rate": round(solved / len(results), 4),
+            "heldout_tasks": len(results),
+            "heldout_masked": sum(r.masked for r in results),
+            "heldout_parallel_calls_per_turn": m["parallel_calls_per_turn"],
+            "heldout_tool_calls": m["tool_calls"],
+            "heldout_tool_error_frac": m["tool_error_frac"],
+            "eval_s": round(time.perf_counter() - started, 3),
+        }
+
+    @staticmethod
+    def _rollout_metrics(results: list[RolloutResult]) -> dict[str, Any]:
+        scored = [r for r in results if not r.masked]
+        calls_turns = sum(r.turns_with_calls for r in results)
+        calls = sum(r.tool_calls for r in results)
+
+        def mean(values: list[float]) -> float:
+            return round(statistics.fmean(values), 4) if values else 0.0
+
+        seconds = [r.seconds for r in results]
+        statuses: dict[str, int] = {}
+        for r in results:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+        return {
+            "rollouts": len(results),
+            "reward": mean([r.reward for r in scored]),
+            "solve_rate": mean([float(r.reward > 0) for r in scored]),
+            "masked": len(results) - len(scored),
+            "statuses": statuses,
+            "turns": mean([r.turns for r in results]),
+            "tool_calls": mean([r.tool_calls for r in results]),
+            "tool_error_frac": (
+                round(sum(r.tool_errors for r in results) / calls, 4) if calls else 0.0
+            ),
+            "parallel_calls_per_turn": (
+                round(sum(r.tool_calls for r in results) / calls_turns, 4) if calls_turns else 0.0
+            ),
+            "tokens": mean([r.tokens for r in results]),
+            "rollout_s_mean": mean(seconds),
+            "rollout_s_max": round(max(seconds), 3) if seconds else 0.0,
+        }
+
+    # ------------------------------------------------------------------ state
+    def _write(self, m: dict[str, Any]) -> None:
+        with (self.out / METRICS_FILE).open("a", encoding="utf-8") as sink:
+            sink.write(json.dumps(m) + "\n")
+        if self.log is not None:
+            line = f"step {m['step']}/{self.config.steps}"
+            for key in ("reward", "heldout_solve_rate", "masked", "step_s", "trainer_idle_frac"):
+                if key in m:
+                    line += f"  {key} {m[key]}"
+            print(line, file=self.log, flush=True)
+
+    def save(self) -> Path:
+        state = self.trainer.state_dict() | {
+            "sampler": [self.sampler.epoch, self.sampler.cursor],
+            "config": dataclasses.asdict(self.config),
+            "kind": "rl",
+        }
+        write_checkpoint(self.trainer.model, self.tokenizer, self.out, state)
+        self.trainer.model.train()
+        return self.out
+
+
+def check_resumable(out: str | Path) -> dict[str, Any]:
+    """The config saved by an RL run in `out` (TrainStateError if there is none)."""
+    state = read_state(out)
+    if state.get("kind") != "rl":
+        raise TrainStateError(f"{out}: not an RL run's checkpoint")
+    return state["config"]
