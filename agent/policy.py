@@ -7,18 +7,21 @@ contract (DESIGN.md):
 - `openai:BASE_URL#MODEL`: any OpenAI-compatible chat-completions server (vLLM,
   llama.cpp, Ollama, `tachy model serve`); the key comes from TACHY_API_KEY or
   OPENAI_API_KEY when the server needs one;
-- `local:CHECKPOINT_DIR`: our own model in-process (model.policy.LocalPolicy, imported
-  only when asked for); `local:` alone is the small model shipped with tachy, the
-  default when nothing else is configured (DEFAULT_POLICY).
+- `local:CHECKPOINT_DIR`: our own model in-process; `local:` alone is the small model
+  shipped with tachy, the default when nothing else is configured (DEFAULT_POLICY).
+
+The agent knows replay: and openai: itself. Other kinds come from the program that
+runs the agent: its entry point registers a factory for each in POLICY_FACTORIES (the
+one table of policy kinds; `tachy` registers local:, which loads the model package
+only when such a policy is made). So the agent never names the model package.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -227,24 +230,28 @@ class OpenAIPolicy:
         await self.client.aclose()
 
 
-def _local_policy(checkpoint_dir: str) -> Policy:
-    """model.policy.LocalPolicy, imported only here: the agent never imports torch (or
-    the model package) at import time. An empty directory means the bundled model."""
-    try:
-        module = importlib.import_module("model.policy")
-    except ImportError as exc:
+def _replay_policy(rest: str) -> Policy:
+    return ReplayPolicy.from_file(rest)
+
+
+def _openai_policy(rest: str) -> Policy:
+    base, _, model = rest.partition("#")
+    if not base.startswith(("http://", "https://")) or not model:
         raise PolicyError(
-            f"local policies need tachy's model package and torch, which cannot be imported: {exc}"
-        ) from None
-    path = Path(checkpoint_dir).expanduser() if checkpoint_dir else module.bundled_checkpoint()
-    if not path.is_dir():
-        raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
-    if not (path / "manifest.json").is_file():
-        raise PolicyError(
-            f"local policy: {path} is not a tachy checkpoint (no manifest.json); "
-            "write one with model.save, or import a Hugging Face model with model.from_hf"
+            f"openai policy {'openai:' + rest!r} must look like "
+            "openai:http://HOST:PORT/v1#MODEL_NAME"
         )
-    return module.LocalPolicy(path)
+    return OpenAIPolicy(base, model)
+
+
+# kind -> factory(the spec after "kind:") -> Policy.
+PolicyFactory = Callable[[str], Policy]
+POLICY_FACTORIES: dict[str, PolicyFactory] = {"replay": _replay_policy, "openai": _openai_policy}
+
+
+def register_policy(kind: str, factory: PolicyFactory) -> None:
+    """Add a policy kind (called by an entry point, before any policy is made)."""
+    POLICY_FACTORIES[kind] = factory
 
 
 def load_policy(spec: str) -> Policy:
@@ -255,15 +262,8 @@ def load_policy(spec: str) -> Policy:
             f"policy {spec!r} is not a policy spec; use replay:FILE.jsonl, openai:BASE_URL#MODEL "
             "or local:CHECKPOINT_DIR"
         )
-    if kind == "replay":
-        return ReplayPolicy.from_file(rest)
-    if kind == "openai":
-        base, _, model = rest.partition("#")
-        if not base.startswith(("http://", "https://")) or not model:
-            raise PolicyError(
-                f"openai policy {spec!r} must look like openai:http://HOST:PORT/v1#MODEL_NAME"
-            )
-        return OpenAIPolicy(base, model)
-    if kind == "local":
-        return _local_policy(rest)
-    raise PolicyError(f"unknown policy kind {kind!r}; use replay:, openai: or local:")
+    factory = POLICY_FACTORIES.get(kind)
+    if factory is None:
+        known = ", ".join(f"{k}:" for k in POLICY_FACTORIES)
+        raise PolicyError(f"unknown policy kind {kind!r}; use {known}")
+    return factory(rest)

@@ -291,9 +291,12 @@ def measure(workers: list[Worker], args) -> dict[str, Any]:
             first = statistics.median(ttft[w.side])
             sides[w.side]["batches"][str(batch)] = {
                 "tokens_per_s": round(batch * args.new_tokens / median, 2),
-                # after the first token: the decode steps alone (prefill excluded)
-                "decode_tokens_per_s": round(
-                    batch * (args.new_tokens - 1) / max(median - first, 1e-9), 2
+                # after the first token: the decode steps alone (prefill excluded);
+                # None where the run was too short to tell them apart from the noise
+                "decode_tokens_per_s": (
+                    round(batch * (args.new_tokens - 1) / (median - first), 2)
+                    if median > first
+                    else None
                 ),
                 "tokens_per_s_best": round(batch * args.new_tokens / min(total[w.side]), 2),
                 "time_to_first_token_ms": common.ms(statistics.median(ttft[w.side])),
@@ -337,8 +340,12 @@ def summarize(configs: dict[str, Any], batches: list[int]) -> dict[str, Any]:
             row[f"ttft_ratio_b{b}"] = ratio(
                 theirs["time_to_first_token_ms"], ours["time_to_first_token_ms"]
             )
-            row[f"decode_ratio_b{b}"] = ratio(
-                ours.get("decode_tokens_per_s", 0), theirs.get("decode_tokens_per_s", 0)
+            ours_decode, theirs_decode = (
+                ours.get("decode_tokens_per_s"),
+                theirs.get("decode_tokens_per_s"),
+            )
+            row[f"decode_ratio_b{b}"] = (
+                ratio(ours_decode, theirs_decode) if ours_decode and theirs_decode else None
             )
             for side, v in s.items():
                 if side != "transformers":

@@ -49,7 +49,7 @@ from model.model import Model
 from model.tokenizer import train_bpe
 from training.rl.config import RLConfig
 from training.rl.controller import RLRun
-from training.rl.inference import InferenceActor, sampler_weights
+from training.rl.inference import InferenceActor
 from training.tasks.taskset import Task, TaskMeta, append_tasks
 
 # The test sleeps a long-tailed time, then flips a coin: the agent cannot change either.
@@ -146,7 +146,7 @@ def weight_sync(root: Path, name: str, repeats: int) -> dict[str, Any]:
     times = []
     for version in range(1, repeats + 1):
         started = time.perf_counter()
-        ref = ray.put(sampler_weights(model))
+        ref = ray.put(model.sampling_state())
         ray.get(actor.set_weights.remote(version, ref))
         times.append(time.perf_counter() - started)
     ray.kill(actor)

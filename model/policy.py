@@ -25,7 +25,7 @@ from agent.policy import Message, PolicyError
 from model.checkpoint import load
 from model.generate import Engine, Generation, SamplingParams
 from model.hf import CheckpointError
-from model.tokenizer import Tokenizer, TokenizerError
+from model.tokenizer import Tokenizer, TokenizerError, find_tokenizer
 
 _SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 
@@ -44,22 +44,11 @@ def bundled_checkpoint() -> Path:
     return BUNDLED_DIR
 
 
-def find_tokenizer(checkpoint_dir: Path, tokenizer: str | Path | None = None) -> Tokenizer:
-    candidates = (
-        [Path(tokenizer)]
-        if tokenizer is not None
-        else [checkpoint_dir / "tokenizer.json", checkpoint_dir / "tokenizer"]
-    )
-    for path in candidates:
-        if path.is_file() or (path.is_dir() and (path / "tokenizer.json").is_file()):
-            try:
-                return Tokenizer.from_file(path)
-            except TokenizerError as exc:
-                raise PolicyError(f"local policy: bad tokenizer at {path}: {exc}") from None
-    raise PolicyError(
-        f"local policy: no tokenizer found (looked for {', '.join(map(str, candidates))}); "
-        "save one there with Tokenizer.save or pass tokenizer=PATH"
-    )
+def _tokenizer(checkpoint_dir: Path, tokenizer: str | Path | None) -> Tokenizer:
+    try:
+        return find_tokenizer(checkpoint_dir, tokenizer)
+    except TokenizerError as exc:
+        raise PolicyError(f"local policy: {exc}") from None
 
 
 def local_policy(checkpoint_dir: str) -> LocalPolicy:
@@ -98,7 +87,7 @@ class LocalPolicy:
         path = Path(checkpoint_dir).expanduser()
         if not path.is_dir():
             raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
-        tok = find_tokenizer(path, tokenizer)
+        tok = _tokenizer(path, tokenizer)
         try:
             model = load(path, device=device)
         except CheckpointError as exc:

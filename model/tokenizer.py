@@ -405,6 +405,26 @@ def _iter_texts(files_or_iterator: Iterable[str | Path] | Iterator[str]) -> Iter
             yield item
 
 
+def find_tokenizer(checkpoint_dir: Path, tokenizer: str | Path | None = None) -> Tokenizer:
+    """The tokenizer saved with a checkpoint (its tokenizer.json, or a tokenizer/ folder),
+    or the one at `tokenizer`. Raises TokenizerError saying where it looked."""
+    candidates = (
+        [Path(tokenizer)]
+        if tokenizer is not None
+        else [checkpoint_dir / "tokenizer.json", checkpoint_dir / "tokenizer"]
+    )
+    for path in candidates:
+        if path.is_file() or (path.is_dir() and (path / "tokenizer.json").is_file()):
+            try:
+                return Tokenizer.from_file(path)
+            except TokenizerError as exc:
+                raise TokenizerError(f"bad tokenizer at {path}: {exc}") from None
+    raise TokenizerError(
+        f"no tokenizer found (looked for {', '.join(map(str, candidates))}); "
+        "save one there with Tokenizer.save or pass tokenizer=PATH"
+    )
+
+
 def new_byte_level_bpe() -> tokenizers.Tokenizer:
     """An empty byte-level BPE with our pipeline (no normalizer: text is kept exactly)."""
     tok = tokenizers.Tokenizer(models.BPE(byte_fallback=False, fuse_unk=False))

@@ -18,7 +18,7 @@ from agent import events as ev
 from agent.cliargs import path_arg
 from agent.executor import Executor
 from agent.lints import LintRunner
-from agent.policy import DEFAULT_POLICY, PolicyError, load_policy
+from agent.policy import DEFAULT_POLICY, PolicyError, load_policy, register_policy
 from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ToolContext
 from agent.workspace import Workspace, WorkspaceError
@@ -404,7 +404,21 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def _local_policy(checkpoint_dir: str):
+    """The local: policy kind: our own model, whose package (and torch) is imported only
+    when such a policy is made, so that `tachy serve` starts without them."""
+    try:
+        from model.policy import local_policy
+    except ImportError as exc:
+        raise PolicyError(
+            f"local policies need tachy's model package and torch, which cannot be imported: {exc}"
+        ) from None
+    return local_policy(checkpoint_dir)
+
+
 def main(argv: list[str] | None = None) -> int:
+    # The policy kinds tachy adds to the agent's own (replay:, openai:).
+    register_policy("local", _local_policy)
     args = build_parser().parse_args(argv)
     if args.command == "agent":
         try:

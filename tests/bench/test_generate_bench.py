@@ -70,9 +70,12 @@ def test_main_prints_one_json_document(capsys: pytest.CaptureFixture) -> None:
         "mxfp8_vs_fp32_b1",
         "ours_tokens_per_s_b2",
         "transformers_tokens_per_s_b1",
-        "decode_ratio_b1",
     ):
         assert positive(row[key]), key
+    # Decode alone is the whole run less a separate one-token run: with one sample of
+    # four tokens the two can come out in either order, and the bench says "not
+    # measurable" (None) rather than a rate from a negative time.
+    assert row["decode_ratio_b1"] is None or positive(row["decode_ratio_b1"])
     assert row["target_met_b1"] == (row["ratio_b1"] >= 3.0)
     assert isinstance(s["decode_target_met_b1"], bool)
     # identical weights, greedy: our fp32 engine decodes what transformers decodes

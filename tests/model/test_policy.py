@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 import model as M
-from agent.policy import Message, PolicyError, load_policy
+from agent.policy import Message, PolicyError, load_policy, register_policy
 from agent.render import stop_sequences
 from model.generate import SamplingParams
-from model.policy import LocalPolicy
+from model.policy import LocalPolicy, local_policy
 from model.tokenizer import train_bpe
 from tests.model.test_generate import CORPUS, make_model
 
 pytestmark = pytest.mark.usefixtures("torch_path")  # kernels' torch path (no interpreter)
+# As tachy's entry point does (server.cli): the agent itself knows no local: policy.
+register_policy("local", local_policy)
 
 MESSAGES = [Message("system", "You are terse."), Message("user", "add two numbers")]
 
@@ -119,6 +121,8 @@ async def test_tokenizer_option_and_json_file(checkpoint, tmp_path):
 
 
 def test_local_policy_errors(tmp_path, checkpoint):
+    with pytest.raises(PolicyError, match="checkpoint directory /models/x does not exist"):
+        load_policy("local:/models/x")
     with pytest.raises(PolicyError, match="does not exist"):
         load_policy(f"local:{tmp_path / 'missing'}")
     with pytest.raises(PolicyError, match="not a tachy checkpoint"):

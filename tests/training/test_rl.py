@@ -28,7 +28,7 @@ from tests.training.test_sft import CODE, DEMOS, tiny_model
 from training.rl.buffer import TaskSampler
 from training.rl.config import RLConfig
 from training.rl.controller import RLRun
-from training.rl.inference import InferenceService, sampler_weights
+from training.rl.inference import InferenceService
 from training.rl.loss import TokenBatch, sequence_logprobs
 from training.rl.rollout_worker import RolloutResult, RolloutService, RolloutSettings
 from training.rl.token_policy import TokenPolicy
@@ -227,7 +227,7 @@ def test_resume_reproduces_the_next_update_exactly(init_dir, tok, tmp_path, mode
         assert torch.equal(a, b), name
     # and the update moved the weights the inference actors then load
     before = load(init_dir).state_dict()
-    moved = [n for n, w in sampler_weights(first.model).items() if not torch.equal(w, before[n])]
+    moved = [n for n, w in first.model.sampling_state().items() if not torch.equal(w, before[n])]
     assert moved
 
 

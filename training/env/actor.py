@@ -112,7 +112,10 @@ class EnvService:
         """One episode of `task_id` driven by the policy `policy_spec` (see
         agent.policy.load_policy): acquire, run and score, release. Returns
         training.env.episode.Episode."""
-        from agent.policy import load_policy
+        from agent.policy import load_policy, register_policy
+        from model.policy import local_policy
+
+        register_policy("local", local_policy)  # as tachy's entry point does
         from training.env.episode import run_episode
 
         policy = load_policy(policy_spec)

@@ -50,13 +50,12 @@ from typing import Any, TextIO
 import ray
 import torch
 
-from agent.policy import PolicyError
 from model.checkpoint import load
-from model.policy import find_tokenizer
+from model.tokenizer import TokenizerError, find_tokenizer
 from training.env.pool import EnvLimits
 from training.rl.buffer import RolloutBuffer, TaskSampler
 from training.rl.config import RLConfig
-from training.rl.inference import InferenceActor, sampler_weights
+from training.rl.inference import InferenceActor
 from training.rl.rollout_worker import RolloutResult, RolloutSettings, RolloutWorker
 from training.rl.trainer import RLTrainer
 from training.sft.common import (
@@ -91,8 +90,8 @@ class RLRun:
             raise ValueError(f"cannot load the model from {source}: {exc}") from None
         try:
             self.tokenizer = find_tokenizer(source)
-        except PolicyError as exc:
-            raise ValueError(str(exc)) from None
+        except TokenizerError as exc:
+            raise ValueError(f"local policy: {exc}") from None
         context = model.config.max_position_embeddings
         if config.max_tokens > context:
             raise ValueError(
@@ -159,7 +158,7 @@ class RLRun:
         """Put the trainer's weights in the object store once; every inference actor loads
         them as the trainer's version. Returns the seconds until all have."""
         started = time.perf_counter()
-        ref = ray.put(sampler_weights(self.trainer.model))
+        ref = ray.put(self.trainer.model.sampling_state())
         ray.get([a.set_weights.remote(self.trainer.version, ref) for a in self.inference])
         return time.perf_counter() - started
 

@@ -3,7 +3,7 @@ token-out samples to rollout workers, with the trainer's weights synced in after
 step.
 
     actor = InferenceActor.remote("ckpt/", max_batch=8, temperature=1.0, seed=0)
-    ray.get(actor.set_weights.remote(3, ray.put(sampler_weights(trainer_model))))
+    ray.get(actor.set_weights.remote(3, ray.put(trainer_model.sampling_state())))
     sample = await actor.generate.remote(prompt_ids, 512)      # a token_policy.Sample
 
 Batching: requests queue up while the engine works; each engine call takes the oldest
@@ -13,7 +13,7 @@ stats are answered meanwhile; new weights are loaded between calls, never during
 so every token of a Sample comes from one policy version.
 
 Weight sync goes through the Ray object store: the trainer puts one state dict, every
-actor loads it in place (the compiled decode graph stays valid). `sampler_weights`
+actor loads it in place (the compiled decode graph stays valid). Model.sampling_state
 quantizes MXFP8 experts on the trainer's side, as the sampler holds them. On GPUs the
 same two calls would carry an NCCL broadcast instead (not built: no GPU here).
 
@@ -32,26 +32,10 @@ import ray
 import torch
 from torch import Tensor
 
-import kernels
 from model.checkpoint import load
 from model.generate import Engine, SamplingParams
-from model.model import Model
-from model.policy import find_tokenizer
+from model.tokenizer import find_tokenizer
 from training.rl.token_policy import Sample
-
-
-def sampler_weights(model: Model) -> dict[str, Tensor]:
-    """The trainer's weights as an inference model holds them: a detached CPU copy of the
-    state dict, with each MXFP8 MoE's experts quantized into its (q, scales) buffers."""
-    state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-    if model.precision != "mxfp8":
-        return state
-    for name, module in model.named_modules():
-        if getattr(module, "quantized", None) is False and hasattr(module, "w_gate_up"):
-            for w in ("w_gate_up", "w_down"):
-                q, s = kernels.mx_quantize(state.pop(f"{name}.{w}").float(), -1)
-                state[f"{name}.{w}_q"], state[f"{name}.{w}_s"] = q, s
-    return state
 
 
 @dataclass
@@ -161,7 +145,7 @@ class InferenceService:
                 r.future.set_result(sample)
 
     async def set_weights(self, version: int, weights: dict[str, Tensor]) -> float:
-        """Load the trainer's weights (sampler_weights) as `version`, between engine calls.
+        """Load the trainer's weights (Model.sampling_state) as `version`, between engine calls.
         Returns the seconds it took, waiting for a running call included."""
         started = time.perf_counter()
 

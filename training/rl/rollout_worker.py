@@ -22,7 +22,7 @@ from typing import Any
 
 import ray
 
-from model.policy import find_tokenizer
+from model.tokenizer import find_tokenizer
 from training.env.actor import EnvService
 from training.env.episode import run_episode
 from training.env.pool import EnvLimits
