@@ -59,6 +59,13 @@ class Workspace:
     def relpath(self, path: str) -> str:
         """Normalise a path given by the model to a '/'-separated path relative to the
         root ('' for the root itself). Raises WorkspaceError when it leaves the root."""
+        normal = self._lexical(path)
+        # Symlinks anywhere along the path must not lead out of the root.
+        self.real_rel(normal, shown=path)
+        return normal
+
+    def _lexical(self, path: str) -> str:
+        """relpath without looking at the disk: `..`, absolute and /workspace paths."""
         if not isinstance(path, str) or "\x00" in path:
             raise WorkspaceError("path must be text without NUL bytes")
         raw = path.strip().replace("\\", "/")
@@ -79,8 +86,6 @@ class Workspace:
             return ""
         if normal == ".." or normal.startswith("../"):
             raise WorkspaceError(f"{path} is outside the workspace")
-        # Symlinks anywhere along the path must not lead out of the root.
-        self.real_rel(normal, shown=path)
         return normal
 
     def real_rel(self, rel: str, *, shown: str | None = None) -> str:
@@ -145,7 +150,11 @@ class Workspace:
             real = beneath.real_path(self.root, rel)
         except OSError:
             return False  # out of the workspace, a loop, or unreadable
-        return real in ("", rel) or not self.is_hidden(real, is_dir)
+        return not self._hidden_target(rel, real, is_dir)
+
+    def _hidden_target(self, rel: str, real: str, is_dir: bool) -> bool:
+        """Whether what `rel` leads to through symlinks (`real`) is hidden."""
+        return real not in ("", rel) and self.is_hidden(real, is_dir)
 
     def resolve(self, path: str, *, kind: str = "any") -> str:
         """Validate a model-given path for use: inside the root and visible.
@@ -153,9 +162,9 @@ class Workspace:
         kind: "file" (must be an existing file), "dir" (an existing directory),
         "new" (may not exist yet; must not be a directory), or "any".
         """
-        rel = self.relpath(path)
+        rel = self._lexical(path)
         shown = rel or "."
-        real = self.real_rel(rel, shown=shown)
+        real = self.real_rel(rel, shown=path)  # one walk serves the checks below
         try:
             info = os.stat(self.abspath(real))
         except FileNotFoundError:
@@ -164,7 +173,7 @@ class Workspace:
             raise WorkspaceError(f"{shown} cannot be examined: {exc.strerror or exc}") from None
         exists = info is not None
         is_dir = exists and stat.S_ISDIR(info.st_mode)
-        if not self.is_visible(rel, is_dir):
+        if self.is_hidden(rel, is_dir) or self._hidden_target(rel, real, is_dir):
             if not is_dir and (
                 is_secret_name(posixpath.basename(rel)) or is_secret_name(posixpath.basename(real))
             ):
