@@ -1,4 +1,5 @@
-"""Path arguments of the command lines, made absolute once, where they are parsed.
+"""What every `tachy` command line shares: path arguments made absolute once, where they
+are parsed, and command groups (`tachy model …`, `tachy tasks …`) declared one way.
 
 Every `tachy` command declares its path options and arguments with `type=path_arg`,
 so a relative path means the same whatever directory the work later runs in (pip and
@@ -21,3 +22,12 @@ def path_arg(text: str) -> Path:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty path")
     return Path(os.path.abspath(os.path.expanduser(text)))
+
+
+def command_group(
+    commands: argparse._SubParsersAction, name: str, *, help: str, description: str
+) -> argparse._SubParsersAction:
+    """Add `tachy NAME COMMAND …` to `commands` and return the table its commands go in.
+    The chosen command lands in `args.NAME_command` (a command is required)."""
+    group = commands.add_parser(name, help=help, description=description)
+    return group.add_subparsers(dest=f"{name}_command", metavar="COMMAND", required=True)

@@ -28,6 +28,8 @@ from typing import Protocol
 import httpx
 import msgspec
 
+from agent.jsonl import numbered_lines
+
 # What `tachy agent` uses when no policy is given: the bundled tiny model.
 DEFAULT_POLICY = "local:"
 
@@ -60,16 +62,14 @@ class ReplayPolicy:
     @classmethod
     def from_file(cls, path: str | Path) -> ReplayPolicy:
         path = Path(path)
-        try:
-            lines = path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            raise PolicyError(f"replay file {path} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise PolicyError(f"cannot read replay file {path}: {exc}") from None
+        lines = numbered_lines(
+            path,
+            error=PolicyError,
+            what="replay file",
+            missing=f"replay file {path} does not exist",
+        )
         turns = []
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
+        for number, line in lines:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as exc:

@@ -122,8 +122,9 @@ class _Config:
     layer_norm_eps: float
 
 
-def _read_config(model_dir: Path) -> _Config:
-    path = model_dir / "config.json"
+def _read_json(path: Path) -> dict[str, Any]:
+    """One of the model's JSON files, as an object; EmbedderError when it is missing,
+    unreadable, not JSON or not an object."""
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -132,6 +133,12 @@ def _read_config(model_dir: Path) -> _Config:
         raise EmbedderError(f"embedding model: {path} is unreadable or not JSON: {exc}") from exc
     if not isinstance(raw, dict):
         raise EmbedderError(f"embedding model: {path} is not a JSON object")
+    return raw
+
+
+def _read_config(model_dir: Path) -> _Config:
+    path = model_dir / "config.json"
+    raw = _read_json(path)
     if raw.get("model_type", "bert") != "bert":
         raise EmbedderError(f"embedding model: model_type {raw.get('model_type')!r} is not bert")
     if raw.get("hidden_act", "gelu") != "gelu":
@@ -157,10 +164,7 @@ def _check_pooling(model_dir: Path) -> None:
     path = model_dir / "1_Pooling" / "config.json"
     if not path.exists():
         return
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise EmbedderError(f"embedding model: {path} is unreadable: {exc}") from exc
+    raw = _read_json(path)
     modes = {k: v for k, v in raw.items() if k.startswith("pooling_mode_") and v}
     if set(modes) != {"pooling_mode_mean_tokens"}:
         raise EmbedderError(f"embedding model: only mean pooling is supported, {path} has {modes}")

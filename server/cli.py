@@ -15,7 +15,7 @@ import sys
 from importlib.metadata import PackageNotFoundError, version
 
 from agent import events as ev
-from agent.cliargs import path_arg
+from agent.cliargs import command_group, path_arg
 from agent.executor import Executor
 from agent.lints import LintRunner
 from agent.policy import DEFAULT_POLICY, PolicyError, load_policy, register_policy
@@ -119,12 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def add_model_parsers(commands: argparse._SubParsersAction) -> None:
-    model = commands.add_parser(
+    model_commands = command_group(
+        commands,
         "model",
         help="serve or inspect a model checkpoint",
         description="Serve a checkpoint over an OpenAI-compatible HTTP API, or describe it.",
     )
-    model_commands = model.add_subparsers(dest="model_command", metavar="COMMAND", required=True)
     serve = model_commands.add_parser(
         "serve",
         help="serve a checkpoint as an OpenAI-compatible chat-completions endpoint",

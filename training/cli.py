@@ -26,13 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-from agent.cliargs import path_arg
+from agent.cliargs import command_group, path_arg
 
 OUT_HELP = "checkpoint and metrics go here"
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
-    train = commands.add_parser(
+    sub = command_group(
+        commands,
         "train",
         help="train the model: pretraining, fine-tuning on demonstrations, RL on tasks",
         description=(
@@ -40,7 +41,6 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "in sandboxed tasks (rl), and the metrics of a run (plot)."
         ),
     )
-    sub = train.add_subparsers(dest="train_command", metavar="COMMAND", required=True)
 
     pre = sub.add_parser(
         "pretrain",

@@ -26,7 +26,7 @@ from agent.executor import check_call, run_call
 from agent.parser import RawCall
 from agent.render import render_result
 from agent.tools import ALL_TOOLS
-from training.env.pool import Env, EnvError, EnvLimits, EnvPool
+from training.env.pool import Env, EnvError, EnvPool
 from training.env.testrun import TestReport
 
 _TOOLS = {tool.name: tool() for tool in ALL_TOOLS}
@@ -35,18 +35,9 @@ _TOOLS = {tool.name: tool() for tool in ALL_TOOLS}
 class EnvService:
     """An EnvPool behind string env ids (what crosses a process boundary)."""
 
-    def __init__(
-        self,
-        taskset_dir: str | os.PathLike[str],
-        *,
-        size: int = 2,
-        workdir: str | os.PathLike[str] | None = None,
-        strategy: str = "auto",
-        limits: EnvLimits | None = None,
-    ) -> None:
-        self.pool = EnvPool(
-            taskset_dir, size=size, workdir=workdir, strategy=strategy, limits=limits
-        )
+    def __init__(self, taskset_dir: str | os.PathLike[str], **pool_options: Any) -> None:
+        """`pool_options` are EnvPool's (size, workdir, strategy, limits)."""
+        self.pool = EnvPool(taskset_dir, **pool_options)
         self.envs: dict[str, Env] = {}
         self._ids = itertools.count(1)
 

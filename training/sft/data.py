@@ -49,6 +49,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from agent.jsonl import numbered_lines
 from model.tokenizer import ENDOFTEXT, Tokenizer, TokenizerError
 
 TEST_DIRS = frozenset({"test", "tests", "idle_test"})
@@ -184,12 +185,14 @@ def read_demos(path: str | Path) -> list[dict]:
     """The lines of a demonstrations file (`tachy tasks demos`): each a JSON object with a
     `messages` list of {role, content}. Raises DataError naming the first bad line."""
     path = Path(path)
-    if not path.is_file():
-        raise DataError(f"demonstrations file {path}: not found")
+    lines = numbered_lines(
+        path,
+        error=DataError,
+        what="demonstrations file",
+        missing=f"demonstrations file {path}: not found",
+    )
     demos = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, line in lines:
         try:
             demo = json.loads(line)
         except json.JSONDecodeError as exc:

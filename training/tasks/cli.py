@@ -22,12 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from agent.cliargs import path_arg
+from agent.cliargs import command_group, path_arg
 from training.tasks.pypi import DEFAULT_PROJECTS  # stdlib only: building the parser stays cheap
 
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
-    tasks = commands.add_parser(
+    sub = command_group(
+        commands,
         "tasks",
         help="build, check and list RL task sets",
         description=(
@@ -35,7 +36,6 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
             "catch are kept), re-check a set, or list it."
         ),
     )
-    sub = tasks.add_subparsers(dest="tasks_command", metavar="COMMAND", required=True)
     build = sub.add_parser(
         "build",
         help="build tasks from PyPI projects, synthetic repositories or local directories",

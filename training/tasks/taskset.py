@@ -24,6 +24,8 @@ from pathlib import Path
 
 import msgspec
 
+from agent.jsonl import numbered_lines
+
 TASKS_FILE = "tasks.jsonl"
 BUILD_FILE = "build.json"
 
@@ -116,17 +118,15 @@ def load_tasks(directory: str | Path) -> list[Task]:
     """Every task of the set in DIR, checked; TaskError on a missing or corrupt file
     (naming the line)."""
     path = Path(directory) / TASKS_FILE
-    try:
-        lines = path.read_bytes().splitlines()
-    except FileNotFoundError:
-        raise TaskError(
-            f"{path} does not exist: not a task set (build one with tachy tasks build)"
-        ) from None
+    lines = numbered_lines(
+        path,
+        error=TaskError,
+        what="task set file",
+        missing=f"{path} does not exist: not a task set (build one with tachy tasks build)",
+    )
     tasks: list[Task] = []
     seen: set[str] = set()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for number, line in lines:
         try:
             task = _decoder.decode(line)
         except msgspec.DecodeError as exc:
