@@ -144,7 +144,4 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Model:
                 f"{weights}: tensor {name} is {t.dtype} {tuple(t.shape)}, the config needs "
                 f"{want.dtype} {tuple(want.shape)}"
             )
-    model.load_state_dict(state, strict=False, assign=True)  # checked above (tied head aside)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
-    return model.eval()
+    return Model.from_state_dict(config, state, precision, quantized)  # checked above

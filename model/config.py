@@ -1,5 +1,12 @@
-"""The model config: a dataclass for the Qwen3-MoE family, presets, and the Hugging Face
-config.json mapping."""
+"""The model config: one dataclass for the architectures we run, presets, and the Hugging
+Face config.json mapping.
+
+The architectures are the Llama family's decoder with per-layer dense or MoE feed-forward
+blocks: Llama (SmolLM2), Qwen2/2.5 (bias on the q/k/v projections), Qwen3 (RMSNorm on each
+query and key head) and Qwen3-MoE (sparse layers). They differ only in the switches below;
+the defaults are Qwen3-MoE's, which is what checkpoints written before the switches existed
+hold.
+"""
 
 from __future__ import annotations
 
@@ -30,6 +37,13 @@ class ModelConfig:
     decoder_sparse_step: int = 1
     mlp_only_layers: list[int] = field(default_factory=list)
     router_aux_loss_coef: float = 0.001
+    qk_norm: bool = True  # Qwen3: RMSNorm over each query/key head before RoPE
+    qkv_bias: bool = False  # Qwen2, Llama attention_bias: bias on q/k/v projections
+    o_bias: bool = False  # Llama attention_bias: bias on the output projection too
+    # RoPE frequency scaling: None, {"rope_type": "linear", "factor": f} or Llama 3's
+    # {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
+    # "original_max_position_embeddings"}
+    rope_scaling: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.mlp_only_layers = [int(i) for i in self.mlp_only_layers]
@@ -67,9 +81,17 @@ class ModelConfig:
         bad = [i for i in self.mlp_only_layers if not 0 <= i < self.num_hidden_layers]
         if bad:
             raise ValueError(f"mlp_only_layers {bad} out of range 0..{self.num_hidden_layers - 1}")
+        check_rope_scaling(self.rope_scaling)
+
+    @property
+    def has_moe(self) -> bool:
+        return any(self.is_moe_layer(i) for i in range(self.num_hidden_layers))
 
     def check_mx(self) -> None:
-        """The MXFP8 expert kernels need hidden and moe_intermediate sizes in blocks of 32."""
+        """The MXFP8 expert kernels need hidden and moe_intermediate sizes in blocks of 32
+        (a model without MoE layers has no MXFP8 weights)."""
+        if not self.has_moe:
+            return
         for name in ("hidden_size", "moe_intermediate_size"):
             if getattr(self, name) % MX_BLOCK:
                 raise ValueError(
@@ -102,7 +124,8 @@ class ModelConfig:
             self.num_key_value_heads,
             self.head_dim,
         )
-        attn = D * H * hd + 2 * D * KV * hd + H * hd * D + 2 * hd
+        attn = D * H * hd + 2 * D * KV * hd + H * hd * D
+        attn += 2 * hd * self.qk_norm + (H + 2 * KV) * hd * self.qkv_bias + D * self.o_bias
         n = self.vocab_size * D * (1 if self.tie_word_embeddings else 2) + D
         for i in range(self.num_hidden_layers):
             n += attn + 2 * D
@@ -126,47 +149,96 @@ class ModelConfig:
 
     @classmethod
     def from_hf_config(cls, hf: dict[str, Any]) -> ModelConfig:
-        """From a Hugging Face Qwen3-MoE config.json dict (transformers 4.x or 5.x keys)."""
+        """From a Hugging Face config.json dict (transformers 4.x or 5.x keys) of a model
+        we implement: Llama (SmolLM2 …), Qwen2/2.5, Qwen3 or Qwen3-MoE. ValueError names
+        what is not supported."""
         model_type = hf.get("model_type")
         archs = hf.get("architectures") or []
-        if model_type != "qwen3_moe" and "Qwen3MoeForCausalLM" not in archs:
-            raise ValueError(
-                f"not a Qwen3-MoE config (model_type={model_type!r}, architectures={archs}); "
-                "only the Qwen3-MoE architecture is supported"
-            )
+        if model_type not in HF_ARCHITECTURES:
+            known = {a for a in archs if a in HF_ARCHITECTURES.values()}
+            if not known:
+                raise ValueError(
+                    f"unsupported architecture (model_type={model_type!r}, architectures="
+                    f"{archs}); tachy implements {', '.join(sorted(HF_ARCHITECTURES))}"
+                )
+            model_type = next(t for t, a in HF_ARCHITECTURES.items() if a in known)
         if hf.get("hidden_act", "silu") != "silu":
             raise ValueError(f"unsupported hidden_act {hf['hidden_act']!r} (need 'silu')")
-        if hf.get("attention_bias"):
-            raise ValueError("attention_bias=True is not supported")
-        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+        if hf.get("mlp_bias"):
+            raise ValueError("mlp_bias=True is not supported")
+        if hf.get("use_sliding_window"):
+            raise ValueError("sliding-window attention is not supported")
+        rope = dict(hf.get("rope_parameters") or hf.get("rope_scaling") or {})
+        theta = float(hf.get("rope_theta", rope.pop("rope_theta", 10000.0)))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
+        scaling = None
         if rope_type != "default":
-            raise ValueError(f"unsupported rope scaling {rope_type!r}")
-        theta = hf.get("rope_theta", rope.get("rope_theta", 10000.0))
+            scaling = {k: v for k, v in rope.items() if k != "type"} | {"rope_type": rope_type}
         H = hf["num_attention_heads"]
+        kw: dict[str, Any] = dict(
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf.get("intermediate_size", 0),
+            num_hidden_layers=hf["num_hidden_layers"],
+            num_attention_heads=H,
+            num_key_value_heads=hf.get("num_key_value_heads") or H,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // H,
+            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
+            rope_theta=theta,
+            rope_scaling=scaling,
+            max_position_embeddings=hf.get("max_position_embeddings", 32768),
+            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        )
+        if model_type == "qwen2":
+            kw["qkv_bias"] = True  # Qwen2's q/k/v always carry a bias; o_proj never
+        else:
+            kw["qkv_bias"] = kw["o_bias"] = bool(hf.get("attention_bias", False))
+        if model_type != "qwen3_moe":
+            return cls(**kw, num_experts=0, num_experts_per_tok=0, moe_intermediate_size=0)
         experts = hf.get("num_experts", hf.get("num_local_experts"))
         if experts is None:
             raise ValueError("config.json has neither num_experts nor num_local_experts")
         return cls(
-            vocab_size=hf["vocab_size"],
-            hidden_size=hf["hidden_size"],
-            intermediate_size=hf.get("intermediate_size", 0),
+            **kw,
             moe_intermediate_size=hf["moe_intermediate_size"],
-            num_hidden_layers=hf["num_hidden_layers"],
-            num_attention_heads=H,
-            num_key_value_heads=hf.get("num_key_value_heads", H),
-            head_dim=hf.get("head_dim") or hf["hidden_size"] // H,
             num_experts=experts,
             num_experts_per_tok=hf["num_experts_per_tok"],
             norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
-            rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
-            rope_theta=float(theta),
-            max_position_embeddings=hf.get("max_position_embeddings", 32768),
-            tie_word_embeddings=bool(hf.get("tie_word_embeddings", False)),
             decoder_sparse_step=hf.get("decoder_sparse_step", 1),
             mlp_only_layers=list(hf.get("mlp_only_layers") or []),
             router_aux_loss_coef=hf.get("router_aux_loss_coef", 0.001),
         )
+
+
+# Hugging Face model_type -> the class transformers builds for it.
+HF_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
+
+ROPE_SCALING_KEYS = {
+    "linear": {"factor"},
+    "llama3": {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"},
+}
+
+
+def check_rope_scaling(scaling: dict[str, Any] | None) -> None:
+    """ValueError unless `scaling` is None or a RoPE scaling we implement, complete."""
+    if scaling is None:
+        return
+    kind = scaling.get("rope_type")
+    if kind not in ROPE_SCALING_KEYS:
+        raise ValueError(
+            f"unsupported rope scaling {kind!r}; tachy implements {sorted(ROPE_SCALING_KEYS)}"
+        )
+    missing = sorted(
+        k for k in ROPE_SCALING_KEYS[kind] if not isinstance(scaling.get(k), int | float)
+    )
+    if missing:
+        raise ValueError(f"rope scaling {kind!r} needs numbers for {missing}")
 
 
 PRESETS: dict[str, dict[str, Any]] = {

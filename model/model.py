@@ -1,5 +1,6 @@
-"""The Qwen3-MoE transformer, gpt-fast style: one file, a dataclass config, shapes in
-comments. Notation: B batch, L new tokens, S cache length, D hidden, H query heads,
+"""The transformer, gpt-fast style: one file, a dataclass config, shapes in comments.
+One decoder serves Llama (SmolLM2), Qwen2, Qwen3 and Qwen3-MoE: the config's switches
+choose q/k norms, attention biases, RoPE scaling and dense or MoE feed-forward per layer. Notation: B batch, L new tokens, S cache length, D hidden, H query heads,
 KV key/value heads, hd head_dim, E experts, k experts per token, F expert d_ff, V vocab,
 T = B * L tokens.
 
@@ -16,6 +17,7 @@ precision:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -41,12 +43,34 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
-def rope_cos_sin(positions: Tensor, head_dim: int, theta: float) -> tuple[Tensor, Tensor]:
-    """positions [B, L] -> cos, sin [B, L, hd] (fp32; rotate_half layout: halves repeat)."""
-    inv_freq = 1.0 / (
-        theta ** (torch.arange(0, head_dim, 2, device=positions.device).float() / head_dim)
-    )  # [hd/2]
-    freqs = positions.float()[..., None] * inv_freq  # [B, L, hd/2]
+def rope_inv_freq(config: ModelConfig) -> Tensor:
+    """The RoPE inverse frequencies [hd/2] (fp32), scaled as config.rope_scaling says."""
+    hd = config.head_dim
+    # On the CPU even while a model is built on the meta device: a non-persistent buffer
+    # is not loaded with the weights.
+    steps = torch.arange(0, hd, 2, device="cpu").float()
+    inv_freq = 1.0 / (config.rope_theta ** (steps / hd))
+    scaling = config.rope_scaling
+    if scaling is None:
+        return inv_freq
+    factor = float(scaling["factor"])
+    if scaling["rope_type"] == "linear":
+        return inv_freq / factor
+    # Llama 3: long wavelengths slowed by `factor`, short ones kept, a smooth ramp between.
+    old_context = float(scaling["original_max_position_embeddings"])
+    low, high = float(scaling["low_freq_factor"]), float(scaling["high_freq_factor"])
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > old_context / low, inv_freq / factor, inv_freq)
+    smooth = (old_context / wavelen - low) / (high - low)
+    ramp = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = (wavelen >= old_context / high) & (wavelen <= old_context / low)
+    return torch.where(medium, ramp, scaled)
+
+
+def rope_cos_sin(positions: Tensor, inv_freq: Tensor) -> tuple[Tensor, Tensor]:
+    """positions [B, L], inv_freq [hd/2] -> cos, sin [B, L, hd] (fp32; rotate_half layout:
+    halves repeat)."""
+    freqs = positions.float()[..., None] * inv_freq.to(positions.device)  # [B, L, hd/2]
     emb = torch.cat([freqs, freqs], dim=-1)  # [B, L, hd]
     return emb.cos(), emb.sin()
 
@@ -118,12 +142,15 @@ class Attention(nn.Module):
             config.head_dim,
         )
         self.layer, self.n_head, self.n_kv, self.head_dim = layer, H, KV, hd
-        self.q_proj = nn.Linear(D, H * hd, bias=False)
-        self.k_proj = nn.Linear(D, KV * hd, bias=False)
-        self.v_proj = nn.Linear(D, KV * hd, bias=False)
-        self.o_proj = nn.Linear(H * hd, D, bias=False)
-        self.q_norm = RMSNorm(hd, config.rms_norm_eps)  # per head, before RoPE
-        self.k_norm = RMSNorm(hd, config.rms_norm_eps)
+        self.q_proj = nn.Linear(D, H * hd, bias=config.qkv_bias)
+        self.k_proj = nn.Linear(D, KV * hd, bias=config.qkv_bias)
+        self.v_proj = nn.Linear(D, KV * hd, bias=config.qkv_bias)
+        self.o_proj = nn.Linear(H * hd, D, bias=config.o_bias)
+        if config.qk_norm:  # Qwen3: per head, before RoPE
+            self.q_norm = RMSNorm(hd, config.rms_norm_eps)
+            self.k_norm = RMSNorm(hd, config.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = nn.Identity()
 
     def forward(
         self,
@@ -314,6 +341,7 @@ class Model(nn.Module):
         if precision == "mxfp8" or quantized:
             config.check_mx()
         self.config, self.precision = config, precision
+        self.register_buffer("inv_freq", rope_inv_freq(config), persistent=False)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.layers = nn.ModuleList(
             DecoderLayer(config, i, precision, quantized) for i in range(config.num_hidden_layers)
@@ -325,11 +353,31 @@ class Model(nn.Module):
         if not any(t.is_meta for t in self.parameters()):
             self.apply(self._init_weights)
 
+    @classmethod
+    def from_state_dict(
+        cls,
+        config: ModelConfig,
+        state: dict[str, Tensor],
+        precision: str = "fp32",
+        quantized: bool = False,
+    ) -> Model:
+        """A model in eval mode holding `state` (our names, shapes already checked; a
+        tied head may be absent), built on the meta device so no weight is allocated
+        twice. A quantized model quantizes full-precision experts as they load."""
+        with torch.device("meta"):
+            model = cls(config, precision=precision, quantized=quantized)
+        model.load_state_dict(state, strict=False, assign=True)
+        if config.tie_word_embeddings:
+            model.lm_head.weight = model.embed_tokens.weight
+        return model.eval()
+
     @staticmethod
     @torch.no_grad()
     def _init_weights(m: nn.Module) -> None:
         if isinstance(m, nn.Linear | nn.Embedding):
             m.weight.normal_(0.0, 0.02)
+            if getattr(m, "bias", None) is not None:
+                m.bias.zero_()
         elif isinstance(m, MoE) and not m.quantized:
             m.w_gate_up.normal_(0.0, 0.02)
             m.w_down.normal_(0.0, 0.02)
@@ -414,7 +462,7 @@ class Model(nn.Module):
                     f"replay_routing {tuple(replay_routing.shape)} must be [moe layers, B, L, k]"
                     f" = {list(want)}"
                 )
-        cos, sin = rope_cos_sin(positions, self.config.head_dim, self.config.rope_theta)
+        cos, sin = rope_cos_sin(positions, self.inv_freq)
 
         x = self.embed_tokens(input_ids)  # [B, L, D]
         routers = []

@@ -122,8 +122,12 @@ class Tokenizer:
         *,
         eos_token: str | None = None,
         pad_token: str | None = None,
+        chat_template: str | None = None,
     ) -> None:
         self.backend = backend
+        # The model's own Jinja template, kept to be saved beside the tokenizer for other
+        # tools; tachy renders chats with encode_chat (ChatML), which it must agree with.
+        self.chat_template = chat_template
         self.eos_token = eos_token if eos_token is not None else self._guess_eos()
         if self.eos_token is not None and backend.token_to_id(self.eos_token) is None:
             raise TokenizerError(f"eos token {self.eos_token!r} is not in the vocabulary")
@@ -146,7 +150,7 @@ class Tokenizer:
             backend = tokenizers.Tokenizer.from_file(str(file))
         except Exception as exc:
             raise TokenizerError(f"{file} is not a valid tokenizer.json: {exc}") from exc
-        eos = pad = None
+        eos = pad = template = None
         for name in ("tokenizer_config.json", "special_tokens_map.json"):
             config_file = directory / name
             if not config_file.is_file():
@@ -159,7 +163,9 @@ class Tokenizer:
                 raise TokenizerError(f"{config_file} is not a JSON object")
             eos = eos or _token_content(config.get("eos_token"))
             pad = pad or _token_content(config.get("pad_token"))
-        return cls(backend, eos_token=eos, pad_token=pad)
+            if isinstance(config.get("chat_template"), str):
+                template = template or config["chat_template"]
+        return cls(backend, eos_token=eos, pad_token=pad, chat_template=template)
 
     def save(self, path: str | Path) -> None:
         """Write `path` as a tokenizer.json if it ends in .json, else a directory holding
@@ -176,6 +182,8 @@ class Tokenizer:
             config["eos_token"] = self.eos_token
         if self.pad_token is not None:
             config["pad_token"] = self.pad_token
+        if self.chat_template is not None:
+            config["chat_template"] = self.chat_template
         (path / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
     def _guess_eos(self) -> str | None:

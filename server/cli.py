@@ -169,6 +169,33 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
     )
     info.add_argument("checkpoint", type=path_arg, metavar="CHECKPOINT_DIR")
     info.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    imp = model_commands.add_parser(
+        "import",
+        help="import a GGUF file or a Hugging Face model, optionally upcycled into our MoE",
+        description=(
+            "Read SOURCE (a .gguf file, read with the gguf package: tensors dequantized, the "
+            "tokenizer and chat template rebuilt from its metadata; or a Hugging Face "
+            "checkpoint directory of Llama, Qwen2, Qwen3 or Qwen3-MoE) and write it to DIR "
+            "in tachy's checkpoint format, with its tokenizer. --upcycle EXPERTS:TOP_K turns "
+            "each dense MLP into EXPERTS copies of it behind a router picking TOP_K, which "
+            "computes what the dense model computes until it is trained."
+        ),
+    )
+    imp.add_argument(
+        "source",
+        nargs="?",
+        type=path_arg,
+        metavar="SOURCE",
+        help="a .gguf file or HF dir (default: the SmolLM2 base that setup installs)",
+    )
+    imp.add_argument("--out", required=True, type=path_arg, metavar="DIR", help="checkpoint dir")
+    imp.add_argument("--upcycle", metavar="EXPERTS:TOP_K", help="upcycle the dense MLPs, e.g. 8:2")
+    imp.add_argument(
+        "--precision",
+        choices=("mxfp8", "fp32"),
+        default="mxfp8",
+        help="MXFP8 experts quantized for sampling (default), or every weight fp32",
+    )
 
 
 def run_model(args: argparse.Namespace) -> int:
@@ -187,6 +214,8 @@ def run_model(args: argparse.Namespace) -> int:
             return 2
         print(json.dumps(info, indent=2) if args.json else model_serve.format_info(info))
         return 0
+    if args.model_command == "import":
+        return import_checkpoint(args)
     if not 0 <= args.port < 65536 or args.max_batch < 1 or args.max_seq < 2:
         print("tachy: need 0 <= --port < 65536, --max-batch >= 1, --max-seq >= 2", file=sys.stderr)
         return 2
@@ -224,6 +253,41 @@ def run_model(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"tachy: cannot listen on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def import_checkpoint(args: argparse.Namespace) -> int:
+    """tachy model import: SOURCE -> our checkpoint in --out."""
+    import model as tachy_model
+    from model.importer import import_model
+    from model.upcycle import Upcycle
+
+    try:
+        spec = Upcycle.parse(args.upcycle) if args.upcycle else None
+        if args.source is None:
+            from model.base import base_gguf
+
+            args.source = base_gguf()
+    except (ValueError, tachy_model.CheckpointError) as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
+    if args.out.exists() and any(args.out.iterdir()):
+        print(f"tachy: {args.out} exists and is not empty; choose a new --out", file=sys.stderr)
+        return 2
+    print(f"tachy: reading {args.source} …", file=sys.stderr, flush=True)
+    try:
+        model, tokenizer = import_model(args.source, spec, args.precision)
+    except (tachy_model.CheckpointError, FileNotFoundError) as exc:
+        print(f"tachy: cannot import {args.source}: {exc}", file=sys.stderr)
+        return 2
+    tachy_model.save(model, args.out, tokenizer)
+    c = model.config
+    shape = f"{c.num_experts} experts, top-{c.num_experts_per_tok}" if c.has_moe else "dense"
+    print(
+        f"tachy: wrote {args.out} ({c.num_params / 1e6:.0f}M parameters, "
+        f"{c.num_active_params / 1e6:.0f}M active; {shape}; {model.precision})",
+        file=sys.stderr,
+    )
     return 0
 
 

@@ -251,8 +251,9 @@ def test_dequantized_weights_are_reused_but_never_stale(torch_path: None) -> Non
     )
 
 
-@pytest.mark.parametrize("T", [3, 10, 40])  # gathered pairs, every expert, per-expert loop
-def test_torch_experts_match_reference(T, torch_path):
+@pytest.mark.parametrize("strategy", ["pairs", "dense", "loop", None])
+@pytest.mark.parametrize("T", [3, 10, 40])
+def test_torch_experts_match_reference(T, strategy, torch_path):
     from kernels import mx_quantize
     from kernels.moe import dequantized_weights, torch_experts
 
@@ -260,14 +261,15 @@ def test_torch_experts_match_reference(T, torch_path):
     x = torch.randn(T, 64)
     w = torch.rand(T, 2)
     e = torch.stack([torch.randperm(8)[:2] for _ in range(T)])
-    got = torch_experts(x, w, e, w_gate_up, w_down, mx_activations=False)
+    got = torch_experts(x, w, e, w_gate_up, w_down, mx_activations=False, strategy=strategy)
     want = reference.moe_ffn(x, w, e, w_gate_up, w_down, quantize=False)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
     # MX activations over dequantized MX weights: the kernels' forward
     gu, d = mx_quantize(w_gate_up, -1), mx_quantize(w_down, -1)
     got = torch_experts(
-        x, w, e, dequantized_weights(*gu), dequantized_weights(*d), mx_activations=True
-    )
+        x, w, e, dequantized_weights(*gu), dequantized_weights(*d), mx_activations=True,
+        strategy=strategy,
+    )  # fmt: skip
     want = reference.moe_ffn(x, w, e, gu, d, quantize=True)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

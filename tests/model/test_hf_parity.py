@@ -28,16 +28,20 @@ def hf_config(**overrides):
     return transformers.Qwen3MoeConfig(**kw)
 
 
-def random_hf_model(config, seed: int = 0):
-    torch.manual_seed(seed)
-    m = transformers.Qwen3MoeForCausalLM(config).eval()
-    with torch.no_grad():  # larger than the default init, so every path matters
+def widen_init(m):
+    """Weights larger than transformers' default init, so every path matters."""
+    with torch.no_grad():
         for name, p in m.named_parameters():
             if "norm" in name:
                 p.copy_(1.0 + 0.1 * torch.randn_like(p))
             else:
                 p.normal_(0.0, 0.1)
     return m
+
+
+def random_hf_model(config, seed: int = 0):
+    torch.manual_seed(seed)
+    return widen_init(transformers.Qwen3MoeForCausalLM(config).eval())
 
 
 @pytest.fixture(scope="module")
@@ -146,13 +150,13 @@ def test_errors(hf_dir, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"config\.json"):
         tachy_model.from_hf(empty)
 
-    other = tmp_path / "llama"
+    other = tmp_path / "neox"
     other.mkdir()
     cfg = json.loads((path / "config.json").read_text())
     (other / "config.json").write_text(
-        json.dumps({**cfg, "model_type": "llama", "architectures": ["LlamaForCausalLM"]})
+        json.dumps({**cfg, "model_type": "gpt_neox", "architectures": ["GPTNeoXForCausalLM"]})
     )
-    with pytest.raises(CheckpointError, match="Qwen3-MoE"):
+    with pytest.raises(CheckpointError, match=r"unsupported architecture.*llama, qwen2"):
         tachy_model.from_hf(other)
 
     from safetensors.torch import load_file, save_file
