@@ -21,8 +21,8 @@ top-k, E experts, d_model D and d_ff F:
     torch, train   gradients wanted, or full-precision weights: MoEFFN on TorchGemms
                    below (dequantize the MX operands, fp32 matmuls per expert segment)
     torch, sample  pre-quantized weights, no gradient: torch_experts with MX-rounded
-                   activations, the same numerics with a decode strategy by size and
-                   static shapes (a compiled decode step is one graph)
+                   activations, the same numerics; eagerly a pass per chosen expert,
+                   in a compiled decode step static-shape strategies (one graph)
     unquantized    quantize=False (the fp32 model, the parity baseline): torch_experts
                    without any rounding, under plain autograd
 
@@ -135,18 +135,22 @@ class TorchGemms:
 
 DENSE_EXPERT_TOKENS = 16  # up to this many tokens, every expert runs on every token
 STRATEGIES = ("pairs", "dense", "loop")
+# From this many weights per expert's gate_up (2F * D) an eager pass per expert beats
+# copying the chosen experts' weights out: SmolLM2's MLP upcycled (1.8M) decodes one
+# sequence ~2x faster by the loop, the tiny preset's experts (16K) ~2x slower.
+LOOP_EXPERT_SIZE = 1 << 18
 
 
-def expert_strategy(T: int, k: int, E: int) -> str:
-    """How torch_experts runs T tokens with top-k of E experts.
+def expert_strategy(T: int, k: int, E: int, expert_size: int = 0) -> str:
+    """How torch_experts runs T tokens with top-k of E experts of `expert_size`
+    gate_up weights each.
 
-    Eagerly always "loop": one pass per chosen expert over its tokens reads each chosen
-    expert's weights once, in place (on a 135M model upcycled to 8 experts, top-2, one
-    sequence decodes ~4x faster than gathering copies of the chosen weights first).
-    Inside a compiled graph, where the loop's host read would break the graph: "pairs"
-    (gather the few chosen weights; decoding one sequence), "dense" (every expert on
-    every token, weighted by the routing; a decode batch), else "loop"."""
-    if not torch.compiler.is_compiling():
+    Eagerly, large experts always "loop": one pass per chosen expert over its tokens
+    reads each chosen expert's weights once, in place. Otherwise, and always inside a
+    compiled graph (where the loop's host read would break the graph): "pairs" (gather
+    the few chosen weights; decoding one sequence), "dense" (every expert on every token,
+    weighted by the routing; a decode batch), else "loop"."""
+    if not torch.compiler.is_compiling() and expert_size >= LOOP_EXPERT_SIZE:
         return "loop"
     if T * k <= E:
         return "pairs"
@@ -187,7 +191,7 @@ def torch_experts(
     shapes and read nothing on the host, so a compiled decode step is one graph."""
     T, k = topk_ids.shape
     E = w_gate_up.shape[0]
-    strategy = strategy or expert_strategy(T, k, E)
+    strategy = strategy or expert_strategy(T, k, E, w_gate_up[0].numel())
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}, not {strategy!r}")
 
