@@ -97,12 +97,9 @@ def test_tokenizer_matches_the_files_vocabulary_and_chat_template(base, referenc
     ref.backend_tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), ref.backend_tokenizer.pre_tokenizer]
     )
-    for text in [CODE, "  x = [1, 22, 333]\n\n\tindented", "<|im_start|> is text here"]:
-        assert (
-            ours.encode(text, allow_special=False)
-            == ref(text, add_special_tokens=False)["input_ids"]
-            or "<|im_start|>" in text
-        )
+    for text in [CODE, "  x = [1, 22, 333]\n\n\tindented"]:
+        want = ref(text, add_special_tokens=False)["input_ids"]
+        assert ours.encode(text, allow_special=False) == want
     messages = [("system", "Be brief."), ("user", "2+2?"), ("assistant", "4"), ("user", "ok")]
     ids, _ = ours.encode_chat(messages, generation_prompt=True)
     want = ref.apply_chat_template(
