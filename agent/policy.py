@@ -7,8 +7,9 @@ contract (DESIGN.md):
 - `openai:BASE_URL#MODEL`: any OpenAI-compatible chat-completions server (vLLM,
   llama.cpp, Ollama, `tachy model serve`); the key comes from TACHY_API_KEY or
   OPENAI_API_KEY when the server needs one;
-- `local:CHECKPOINT_DIR`: our own model in-process; `local:` alone is the small model
-  shipped with tachy, the default when nothing else is configured (DEFAULT_POLICY).
+- `local:CHECKPOINT_DIR`: our own model in-process; `local:` alone is the model shipped
+  with tachy, the default when nothing else is configured (DEFAULT_POLICY), and
+  `local:NAME` another bundled one (`local:tachy-tiny`, for tests).
 
 The agent knows replay: and openai: itself. Other kinds come from the program that
 runs the agent: its entry point registers a factory for each in POLICY_FACTORIES (the
@@ -30,7 +31,7 @@ import msgspec
 
 from agent.jsonl import numbered_lines
 
-# What `tachy agent` uses when no policy is given: the bundled tiny model.
+# What `tachy agent` uses when no policy is given: the model bundled with tachy.
 DEFAULT_POLICY = "local:"
 
 
@@ -230,22 +231,22 @@ class OpenAIPolicy:
         await self.client.aclose()
 
 
-def _replay_policy(rest: str) -> Policy:
-    return ReplayPolicy.from_file(rest)
+def _replay_policy(rest: str, max_tokens: int | None = None) -> Policy:
+    return ReplayPolicy.from_file(rest)  # replayed turns are as long as they were
 
 
-def _openai_policy(rest: str) -> Policy:
+def _openai_policy(rest: str, max_tokens: int | None = None) -> Policy:
     base, _, model = rest.partition("#")
     if not base.startswith(("http://", "https://")) or not model:
         raise PolicyError(
             f"openai policy {'openai:' + rest!r} must look like "
             "openai:http://HOST:PORT/v1#MODEL_NAME"
         )
-    return OpenAIPolicy(base, model)
+    return OpenAIPolicy(base, model, max_tokens=max_tokens)
 
 
-# kind -> factory(the spec after "kind:") -> Policy.
-PolicyFactory = Callable[[str], Policy]
+# kind -> factory(the spec after "kind:", max_tokens=N or None) -> Policy.
+PolicyFactory = Callable[..., Policy]
 POLICY_FACTORIES: dict[str, PolicyFactory] = {"replay": _replay_policy, "openai": _openai_policy}
 
 
@@ -254,8 +255,9 @@ def register_policy(kind: str, factory: PolicyFactory) -> None:
     POLICY_FACTORIES[kind] = factory
 
 
-def load_policy(spec: str) -> Policy:
-    """Build a policy from its spec string (see the module docstring)."""
+def load_policy(spec: str, *, max_tokens: int | None = None) -> Policy:
+    """Build a policy from its spec string (see the module docstring). `max_tokens`
+    bounds each turn the model writes (None: the policy's own default)."""
     kind, sep, rest = spec.partition(":")
     if not sep or (not rest and kind != "local"):
         raise PolicyError(
@@ -266,4 +268,4 @@ def load_policy(spec: str) -> Policy:
     if factory is None:
         known = ", ".join(f"{k}:" for k in POLICY_FACTORIES)
         raise PolicyError(f"unknown policy kind {kind!r}; use {known}")
-    return factory(rest)
+    return factory(rest, max_tokens=max_tokens)

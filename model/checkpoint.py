@@ -32,7 +32,7 @@ VERSION = 1
 _FP8 = torch.float8_e4m3fn
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -73,7 +73,7 @@ def save(model: Model, path: str | Path, tokenizer: Tokenizer | None = None) -> 
     manifest = {
         "format": FORMAT,
         "version": VERSION,
-        "sha256": _sha256(weights),
+        "sha256": sha256_file(weights),
         "size": weights.stat().st_size,
         "tensors": {
             n: [str(t.dtype).removeprefix("torch."), list(t.shape)] for n, t in state.items()
@@ -113,7 +113,7 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Model:
         raise CheckpointError(
             f"{weights}: {size} bytes, manifest says {manifest.get('size')} (truncated or replaced?)"
         )
-    if _sha256(weights) != manifest.get("sha256"):
+    if sha256_file(weights) != manifest.get("sha256"):
         raise CheckpointError(f"{weights}: content hash mismatch (corrupt file)")
     try:
         config = ModelConfig.from_dict(meta["config"])
@@ -145,3 +145,56 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Model:
                 f"{want.dtype} {tuple(want.shape)}"
             )
     return Model.from_state_dict(config, state, precision, quantized)  # checked above
+
+
+def open_model(
+    path: str | Path,
+    *,
+    tokenizer: str | Path | None = None,
+    device: str | torch.device = "cpu",
+    precision: str = "mxfp8",
+) -> tuple[Model, Tokenizer]:
+    """(model ready to sample from, its tokenizer) from any directory tachy serves:
+
+    - a part of tachy's model (part.json): assembled with the installed base;
+    - our checkpoint (manifest.json), with the tokenizer saved beside it;
+    - a Hugging Face checkpoint directory (config.json + safetensors + tokenizer).
+
+    MXFP8 experts are pre-quantized (sampling takes them so); `tokenizer` overrides the
+    one found with the model. CheckpointError says what is wrong."""
+    from model.hf import from_hf
+    from model.part import assemble, is_part
+    from model.tokenizer import TokenizerError, find_tokenizer
+
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(f"{path}: not a checkpoint directory")
+    found: Tokenizer | None = None
+    if is_part(path):
+        model, found = assemble(path)
+        model = model.to(device)
+    elif (path / "manifest.json").is_file():
+        model = load(path, device=device)
+    elif (path / "config.json").is_file():
+        try:
+            model = from_hf(path, precision=precision).to(device)
+        except FileNotFoundError as exc:
+            raise CheckpointError(str(exc)) from None
+    else:
+        raise CheckpointError(
+            f"{path}: not a model directory (no part.json, manifest.json or config.json); "
+            "write one with `tachy model import`"
+        )
+    if tokenizer is not None or found is None:
+        try:
+            found = find_tokenizer(path, tokenizer)
+        except TokenizerError as exc:
+            raise CheckpointError(f"{path}: {exc}") from None
+    if model.precision == "mxfp8" and model.config.has_moe and not model.quantized:
+        model.quantize_experts()
+    if found.vocab_size > model.config.vocab_size:
+        raise CheckpointError(
+            f"{path}: the tokenizer has {found.vocab_size} ids but the model only "
+            f"{model.config.vocab_size}: not a matching pair"
+        )
+    return model, found

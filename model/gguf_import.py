@@ -69,7 +69,7 @@ _CONTROL, _USER_DEFINED = 3, 4
 _PRE_TOKENIZERS = ("gpt2", "default", "smollm")
 
 
-def _open(path: Path) -> Any:
+def open_gguf(path: Path) -> Any:
     import gguf  # the format's own reader (numpy only)
 
     if not path.is_file():
@@ -264,7 +264,7 @@ def gguf_tokenizer(reader: Any) -> Tokenizer:
 
 def read_gguf(path: str | Path) -> tuple[ModelConfig, dict[str, torch.Tensor], Tokenizer]:
     """(config, fp32 state dict under our names, tokenizer) of a GGUF file."""
-    reader = _open(Path(path))
+    reader = open_gguf(Path(path))
     config = gguf_config(reader)
     return config, gguf_state(reader, config), gguf_tokenizer(reader)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from model.gguf_import import read_gguf
 from model.hf import CheckpointError, from_hf
 from model.model import Model
+from model.part import assemble, is_part
 from model.tokenizer import Tokenizer, TokenizerError, find_tokenizer
 from model.upcycle import Upcycle, upcycle
 
@@ -22,11 +23,16 @@ from model.upcycle import Upcycle, upcycle
 def import_model(
     source: str | Path, spec: Upcycle | None = None, precision: str = "mxfp8"
 ) -> tuple[Model, Tokenizer]:
-    """(model, tokenizer) of SOURCE: a .gguf file, or a Hugging Face checkpoint
-    directory with its tokenizer. `spec` upcycles a dense model into our MoE.
+    """(model, tokenizer) of SOURCE: a .gguf file, a Hugging Face checkpoint
+    directory with its tokenizer, or a part of tachy's model (assembled with its base). `spec` upcycles a dense model into our MoE.
     `precision`: "mxfp8" (experts quantized for sampling) or "fp32" (nothing quantized,
     for parity checks). CheckpointError says what is wrong with SOURCE."""
     source = Path(source)
+    if is_part(source):
+        if spec is not None:
+            raise CheckpointError(f"{source}: a part is upcycled already; drop --upcycle")
+        model, tokenizer = assemble(source)
+        return model, tokenizer
     if source.is_dir():
         dense = from_hf(source, precision="fp32")
         config, state = dense.config, dense.state_dict()

@@ -5,8 +5,9 @@
         ...
     await policy.aclose()
 
-The checkpoint directory is one written by model.save; its tokenizer is the `tokenizer`
-option, else CHECKPOINT_DIR/tokenizer.json, else CHECKPOINT_DIR/tokenizer/. Generation
+The checkpoint directory is a part of tachy's model (assembled with the installed base)
+or one written by model.save (model.checkpoint.open_model); the `tokenizer` option
+overrides the tokenizer found with it. Generation
 runs on a worker thread (one at a time); text chunks reach the event loop through an
 asyncio queue fed with loop.call_soon_threadsafe. Closing or cancelling the iterator sets
 the engine's cancel event, so the worker stops at its next decode step.
@@ -22,47 +23,50 @@ from dataclasses import replace
 from pathlib import Path
 
 from agent.policy import Message, PolicyError
-from model.checkpoint import load
+from model.checkpoint import open_model
 from model.generate import Engine, Generation, SamplingParams
 from model.hf import CheckpointError
-from model.tokenizer import Tokenizer, TokenizerError, find_tokenizer
 
 _SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 
-# The checkpoint shipped with tachy (`local:` with no directory): the tiny model after
-# its supervised warm-up and RL (bench/RESULTS.md, issue 8). It shows the whole stack
-# working offline; it is not a capable coding model.
-BUNDLED_DIR = Path(__file__).resolve().parent / "weights" / "tachy-tiny"
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+# The models shipped with tachy, by name (`local:NAME`). `local:` alone is the first:
+# SmolLM2-135M-Instruct upcycled into our MoE, plus our part (model/part.py), assembled
+# from the base that setup installs. The tiny model (8M parameters, trained here from
+# scratch, bench/RESULTS.md issue 8) stays for tests that need a model in a second.
+BUNDLED = ("tachy-smollm2", "tachy-tiny")
 
 
-def bundled_checkpoint() -> Path:
-    if not (BUNDLED_DIR / "manifest.json").is_file():
+def bundled_checkpoint(name: str = BUNDLED[0]) -> Path:
+    path = WEIGHTS_DIR / name
+    if not ((path / "part.json").is_file() or (path / "manifest.json").is_file()):
         raise PolicyError(
-            f"the bundled model is missing from this install ({BUNDLED_DIR}); reinstall tachy "
-            "or pass local:CHECKPOINT_DIR"
+            f"the bundled model {name} is missing from this install ({path}); reinstall "
+            "tachy or pass local:CHECKPOINT_DIR"
         )
-    return BUNDLED_DIR
+    return path
 
 
-def _tokenizer(checkpoint_dir: Path, tokenizer: str | Path | None) -> Tokenizer:
-    try:
-        return find_tokenizer(checkpoint_dir, tokenizer)
-    except TokenizerError as exc:
-        raise PolicyError(f"local policy: {exc}") from None
-
-
-def local_policy(checkpoint_dir: str) -> LocalPolicy:
-    """The `local:CHECKPOINT_DIR` policy kind (see agent.policy.POLICY_FACTORIES); an
-    empty directory means the bundled model."""
-    path = Path(checkpoint_dir).expanduser() if checkpoint_dir else bundled_checkpoint()
+def local_policy(checkpoint_dir: str, max_tokens: int | None = None) -> LocalPolicy:
+    """The `local:CHECKPOINT_DIR` policy kind (see agent.policy.POLICY_FACTORIES): an
+    empty directory means the default bundled model, and a bundled model's name
+    (`local:tachy-tiny`) that model, unless a directory of that name exists here."""
+    if not checkpoint_dir:
+        path = bundled_checkpoint()
+    elif checkpoint_dir in BUNDLED and not Path(checkpoint_dir).exists():
+        path = bundled_checkpoint(checkpoint_dir)
+    else:
+        path = Path(checkpoint_dir).expanduser()
     if not path.is_dir():
         raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
-    if not (path / "manifest.json").is_file():
+    if not any((path / f).is_file() for f in ("manifest.json", "part.json")):
         raise PolicyError(
-            f"local policy: {path} is not a tachy checkpoint (no manifest.json); "
-            "write one with model.save, or import a Hugging Face model with model.from_hf"
+            f"local policy: {path} is not a tachy checkpoint (no manifest.json or part.json); "
+            "write one with `tachy model import`"
         )
-    return LocalPolicy(path)
+    if max_tokens is None:
+        return LocalPolicy(path)
+    return LocalPolicy(path, max_new_tokens=max_tokens)
 
 
 class LocalPolicy:
@@ -87,13 +91,10 @@ class LocalPolicy:
         path = Path(checkpoint_dir).expanduser()
         if not path.is_dir():
             raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
-        tok = _tokenizer(path, tokenizer)
         try:
-            model = load(path, device=device)
+            model, tok = open_model(path, tokenizer=tokenizer, device=device)
         except CheckpointError as exc:
             raise PolicyError(f"local policy: cannot load {path}: {exc}") from None
-        if model.precision == "mxfp8" and not model.quantized:
-            model.quantize_experts()  # sampling takes pre-quantized experts
         try:
             self.engine = Engine(model, tok, max_batch=max_batch, max_seq=max_seq, compile=compile)
         except ValueError as exc:

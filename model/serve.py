@@ -508,16 +508,6 @@ class ModelServer:
 
 
 # ------------------------------------------------------------------ loading
-def load_checkpoint(path: str | Path, precision: str = "mxfp8") -> Any:
-    """Our own checkpoint (manifest.json) or a Hugging Face Qwen3-MoE directory."""
-    import model as tachy_model
-
-    path = Path(path)
-    if (path / "manifest.json").is_file():
-        return tachy_model.load(path)
-    return tachy_model.from_hf(path, precision=precision)
-
-
 def build_server(
     checkpoint: str | Path,
     *,
@@ -527,12 +517,11 @@ def build_server(
     name: str | None = None,
     compile: bool = False,
 ) -> ModelServer:
+    from model.checkpoint import open_model
     from model.generate import Engine
-    from model.tokenizer import Tokenizer
 
     checkpoint = Path(checkpoint)
-    m = load_checkpoint(checkpoint)
-    tok = Tokenizer.from_file(tokenizer or checkpoint)
+    m, tok = open_model(checkpoint, tokenizer=tokenizer)
     max_seq = min(max_seq, m.config.max_position_embeddings)
     engine = Engine(m, tok, max_batch=max_batch, max_seq=max_seq, compile=compile)
     return ModelServer(engine, name or checkpoint.resolve().name, max_seq=engine.max_seq)
@@ -558,6 +547,18 @@ def checkpoint_info(path: str | Path) -> dict[str, Any]:
     if not path.is_dir():
         raise CheckpointError(f"{path}: not a checkpoint directory")
     info: dict[str, Any] = {"path": str(path)}
+    from model.part import is_part, part_config
+
+    if is_part(path):
+        config, record = part_config(path)
+        info |= {
+            "format": "tachy part",
+            "precision": record.get("precision"),
+            "base": record.get("base"),
+            "file_bytes": record.get("size"),
+            "stored_tensors": len(record.get("tensors", {})),
+        }
+        return info | _config_info(config, tokenizer=True)
     manifest = path / "manifest.json"
     try:
         meta = json.loads((path / "config.json").read_text())
@@ -595,16 +596,19 @@ def checkpoint_info(path: str | Path) -> dict[str, Any]:
             }
     except (KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path}: invalid metadata ({exc})") from None
+    return info | _config_info(config, tokenizer=(path / "tokenizer.json").is_file())
+
+
+def _config_info(config: Any, tokenizer: bool) -> dict[str, Any]:
     moe = sum(config.is_moe_layer(i) for i in range(config.num_hidden_layers))
-    info |= {
+    return {
         "parameters": config.num_params,
         "active_parameters": config.num_active_params,
         "moe_layers": moe,
         "dense_layers": config.num_hidden_layers - moe,
-        "tokenizer": (path / "tokenizer.json").is_file(),
+        "tokenizer": tokenizer,
         "config": config.to_dict(),
     }
-    return info
 
 
 def format_info(info: dict[str, Any]) -> str:
@@ -619,7 +623,11 @@ def format_info(info: dict[str, Any]) -> str:
         f"  experts {c['num_experts']} (top-{c['num_experts_per_tok']}, d_ff "
         f"{c['moe_intermediate_size']}), vocab {c['vocab_size']}, context "
         f"{c['max_position_embeddings']}",
-        f"  weights {info.get('file_bytes') or 0:,} bytes on disk; tokenizer.json "
+        f"  weights {info.get('file_bytes') or 0:,} bytes on disk; tokenizer "
         f"{'present' if info['tokenizer'] else 'absent'}",
     ]
+    if info.get("base"):
+        base = info["base"]
+        lines.append(f"  assembled on the base {base['distribution']} {base['version']} "
+                     f"({base['file']}, sha256 {base['sha256'][:12]}…)")  # fmt: skip
     return "\n".join(lines)

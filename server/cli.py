@@ -64,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help=(
             "the model: openai:BASE_URL#MODEL, local:CHECKPOINT_DIR or replay:FILE.jsonl "
-            "(default: $TACHY_POLICY, else local:, the small bundled model)"
+            "(default: $TACHY_POLICY, else local:, the bundled model)"
         ),
     )
     agent.add_argument(
@@ -72,6 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agent.add_argument(
         "--max-turns", type=int, default=50, metavar="N", help="stop after N turns (default 50)"
+    )
+    agent.add_argument(
+        "--max-tokens",
+        type=int,
+        metavar="N",
+        help="at most N tokens per model turn (default: the policy's; 1024 for local:)",
     )
     agent.add_argument(
         "--sandbox",
@@ -129,7 +135,8 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
         "serve",
         help="serve a checkpoint as an OpenAI-compatible chat-completions endpoint",
         description=(
-            "Serve CHECKPOINT_DIR (a tachy checkpoint or a Hugging Face Qwen3-MoE directory) "
+            "Serve CHECKPOINT_DIR (a tachy checkpoint, a part of tachy's model, or a Hugging "
+            "Face directory) "
             "on GET /v1/models and POST /v1/chat/completions (streamed or not). Point the "
             "agent at it with --policy openai:http://HOST:PORT/v1#MODEL_NAME."
         ),
@@ -178,7 +185,11 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
             "checkpoint directory of Llama, Qwen2, Qwen3 or Qwen3-MoE) and write it to DIR "
             "in tachy's checkpoint format, with its tokenizer. --upcycle EXPERTS:TOP_K turns "
             "each dense MLP into EXPERTS copies of it behind a router picking TOP_K, which "
-            "computes what the dense model computes until it is trained."
+            "computes what the dense model computes until it is trained. SOURCE may also be "
+            "a part of tachy's model (a directory with part.json, such as "
+            "model/weights/tachy-smollm2), written out assembled with its base. --part "
+            "writes only the part a new model starts from (its routers) for the installed "
+            "base instead: a few hundred KB that `local:DIR` assembles."
         ),
     )
     imp.add_argument(
@@ -195,6 +206,11 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
         choices=("mxfp8", "fp32"),
         default="mxfp8",
         help="MXFP8 experts quantized for sampling (default), or every weight fp32",
+    )
+    imp.add_argument(
+        "--part",
+        action="store_true",
+        help="write only our part for the installed base (needs --upcycle, no SOURCE)",
     )
 
 
@@ -262,6 +278,10 @@ def import_checkpoint(args: argparse.Namespace) -> int:
     from model.importer import import_model
     from model.upcycle import Upcycle
 
+    if args.part and (args.source is not None or not args.upcycle):
+        print("tachy: --part needs --upcycle and no SOURCE (it is made for the installed base)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     try:
         spec = Upcycle.parse(args.upcycle) if args.upcycle else None
         if args.source is None:
@@ -275,6 +295,13 @@ def import_checkpoint(args: argparse.Namespace) -> int:
         print(f"tachy: {args.out} exists and is not empty; choose a new --out", file=sys.stderr)
         return 2
     print(f"tachy: reading {args.source} …", file=sys.stderr, flush=True)
+    if args.part:
+        from model.part import initial_part, write_part
+
+        write_part(initial_part(spec, args.source), args.out, spec, args.source)
+        size = (args.out / "part.safetensors").stat().st_size
+        print(f"tachy: wrote the part {args.out} ({size:,} bytes)", file=sys.stderr)
+        return 0
     try:
         model, tokenizer = import_model(args.source, spec, args.precision)
     except (tachy_model.CheckpointError, FileNotFoundError) as exc:
@@ -362,16 +389,17 @@ async def run_agent(args: argparse.Namespace) -> int:
     if not args.policy:
         args.policy = DEFAULT_POLICY
         print(
-            "tachy: no --policy given: using the small model bundled with tachy (local:), which "
-            "shows the agent working offline but rarely solves a real task; pass --policy "
+            "tachy: no --policy given: using the model bundled with tachy (local:, SmolLM2-135M "
+            "upcycled into our MoE), which runs offline on a CPU but rarely solves a real "
+            "task yet; pass --policy "
             "openai:BASE_URL#MODEL (vLLM, llama.cpp, Ollama, ...) for a capable model",
             file=sys.stderr,
         )
-    if args.max_turns < 1:
-        print("tachy: --max-turns must be at least 1", file=sys.stderr)
+    if args.max_turns < 1 or (args.max_tokens is not None and args.max_tokens < 1):
+        print("tachy: --max-turns and --max-tokens must be at least 1", file=sys.stderr)
         return 2
     try:
-        policy = load_policy(args.policy)
+        policy = load_policy(args.policy, max_tokens=args.max_tokens)
     except PolicyError as exc:
         print(f"tachy: {exc}", file=sys.stderr)
         return 2
@@ -468,7 +496,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
 
 
-def _local_policy(checkpoint_dir: str):
+def _local_policy(checkpoint_dir: str, max_tokens: int | None = None):
     """The local: policy kind: our own model, whose package (and torch) is imported only
     when such a policy is made, so that `tachy serve` starts without them."""
     try:
@@ -477,7 +505,7 @@ def _local_policy(checkpoint_dir: str):
         raise PolicyError(
             f"local policies need tachy's model package and torch, which cannot be imported: {exc}"
         ) from None
-    return local_policy(checkpoint_dir)
+    return local_policy(checkpoint_dir, max_tokens)
 
 
 def main(argv: list[str] | None = None) -> int:

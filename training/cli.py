@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import hashlib
 import json
 import sys
 import time
@@ -246,10 +245,6 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UsageError("sft needs --init CHECKPOINT_DIR (or --resume)")
 
 
-def _sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def run_training(args: argparse.Namespace) -> int:
     _check_args(args)
     from training.sft.common import METRICS_FILE, STATE_FILE, TrainStateError
@@ -402,7 +397,7 @@ def _pretrain_setup(args: argparse.Namespace, config, meta: dict):
 
 
 def _sft_setup(args: argparse.Namespace, config, meta: dict):
-    from model.checkpoint import load
+    from model.checkpoint import load, sha256_file
     from model.model import Model
     from model.tokenizer import Tokenizer
     from training.sft.data import DataError, read_demos, sft_examples, split_demos
@@ -412,7 +407,7 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
     demos_path = Path(args.demos)
     demos = read_demos(demos_path)
     if args.resume:
-        if _sha256(demos_path) != meta.get("demos_sha256"):
+        if sha256_file(demos_path) != meta.get("demos_sha256"):
             raise DataError(f"{demos_path} is not the demonstrations file the run in {out} used")
         tokenizer, model = Tokenizer.from_file(out), load(out)
     else:
@@ -438,7 +433,7 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
             model.config.max_position_embeddings = args.max_len
         meta.update(
             init=str(init.resolve()),
-            demos_sha256=_sha256(demos_path),
+            demos_sha256=sha256_file(demos_path),
             max_len=args.max_len,
             heldout=args.heldout,
         )

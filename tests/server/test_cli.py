@@ -25,7 +25,11 @@ TIMEOUT_S = 60
 
 
 def cli_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TACHY_POLICY", "PYTHONPATH")}
+    # As a user runs it: no policy preset, and no Triton interpreter (tests/conftest.py
+    # sets TRITON_INTERPRET for in-process kernel tests; it would run a real model's
+    # experts through the interpreter).
+    drop = ("TACHY_POLICY", "PYTHONPATH", "TRITON_INTERPRET")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PYTHONPATH"] = str(PROJECT)
     env.update(extra)
     return env
@@ -145,12 +149,13 @@ def test_policy_from_environment_and_quiet(tmp_path, workspace):
 
 
 def test_no_policy_runs_the_bundled_model(tmp_path, workspace):
-    """Right after setup, with nothing configured, `tachy agent` runs the small model
-    shipped with tachy (local:) and says so."""
+    """Right after setup, with nothing configured, `tachy agent` runs the model shipped
+    with tachy (local:, assembled from the installed base and our part) and says so.
+    --max-tokens keeps the untrained model's turns short."""
     transcript = tmp_path / "run.jsonl"
     proc = tachy(
-        "agent", "--workspace", str(workspace), "--max-turns", "2", "--transcript",
-        str(transcript), "add() subtracts; fix it",
+        "agent", "--workspace", str(workspace), "--max-turns", "2", "--max-tokens", "12",
+        "--transcript", str(transcript), "add() subtracts; fix it",
     )  # fmt: skip
     assert proc.returncode in (0, 3), proc.stderr[-2000:]  # done, or the turn limit
     assert "bundled" in proc.stderr and "--policy" in proc.stderr
@@ -208,7 +213,7 @@ def test_bad_max_turns_and_unwritable_transcript(tmp_path, workspace):
         "agent", "--workspace", str(workspace), "--policy", policy, "--max-turns", "0", "t"
     )
     assert proc.returncode == 2
-    assert "--max-turns must be at least 1" in proc.stderr
+    assert "--max-turns and --max-tokens must be at least 1" in proc.stderr
     blocker = tmp_path / "file"
     blocker.write_text("")
     proc = tachy(

