@@ -5,14 +5,31 @@
     gen = engine.complete("def add(a, b):", SamplingParams(stop=["\\n\\n"]))
     ids = engine.chat_prompt([("system", "..."), ("user", "...")])
 
-Layout. Prompts are *right-padded*: every row's prompt sits at positions 0..len-1 (the
-prefill feeds [B, Lmax] with the pad id after each shorter prompt, positions 0..Lmax-1 for
-all rows) and the next-token logits are read at each row's own last prompt position. Each
-decode step then feeds one token per row at that row's own position ([B, 1] ids, [B, 1]
-positions), which overwrites the cache slot a pad token may have held; attention only
-reads slots <= the position, so pads and anything left by earlier calls are never seen.
-One cache (model.setup_cache(max_batch, max_seq)) is made once and reused; calls are
-serialised by a lock.
+Layout. Every row's prompt sits at positions 0..len-1 of its cache row. The prefill
+feeds [B, Lnew], each row's tokens after the part of its prompt the cache already holds
+(see below), right-padded with the pad id, and reads the next-token logits at each row's
+own last prompt position. Each decode step then feeds one token per row at that row's own
+position ([B, 1] ids, [B, 1] positions), which overwrites the cache slot a pad token may
+have held; attention only reads slots <= the position, so pads and anything left by
+earlier calls are never seen. Calls are serialised by a lock.
+
+The prefix cache. Agents call the engine turn after turn with a prompt that is the last
+one plus the model's answer and the tool results, and every conversation begins with the
+same system prompt. So the cache (model.setup_cache(cache_slots, max_seq), made once)
+keeps, for each of its `cache_slots` rows, the tokens whose keys and values it holds,
+and a call only prefills what no row holds already:
+
+- a prompt that continues a row (the row's tokens are a prefix of it: the same session's
+  next turn) extends that row in place;
+- a prompt that shares a prefix with a row holding something else (another session with
+  the same system prompt) gets a copy of that prefix in a free row, so both stay;
+- prompts of one call that share a prefix nothing holds (an RL group's first turn) have
+  it prefilled once and copied;
+- rows are reused least recently used first: `cache_slots` (default max_batch + 1) rows
+  of max_seq tokens bound the memory, and an evicted session is simply prefilled again.
+
+The rows a call uses are moved to the front of the cache first (rows 0..B-1; a copy of
+their held tokens, cheap next to prefilling them). New weights (load_weights) empty it.
 
 Per row, generation ends at a tokenizer stop id ("stop"; the id is listed in token_ids
 with its log-prob but its text is not part of `text`), at a stop string ("stop"; `text`
@@ -20,6 +37,9 @@ is cut before it, the tokens stay listed), at max_new_tokens or the end of the c
 ("length"), or when `cancel` is set ("cancelled", checked after every step). Finished
 rows ride along in the batch forward (re-feeding their last token at its own position,
 which rewrites the same cache slot) until every row is done.
+
+`params` is one SamplingParams for every prompt or one per prompt (prompts of different
+sessions decode together whatever their settings).
 
 What RL needs comes back per token: `logprobs[t]` is the log-prob of token t under the
 distribution it was sampled from (temperature, then top-k, then top-p; for greedy
@@ -71,6 +91,8 @@ class Generation:
     experts: Tensor  # int16 [n_generated, moe_layers, k]
     text: str
     finish_reason: str  # "stop" | "length" | "cancelled"
+    cached_tokens: int = 0  # prompt tokens whose keys/values came from the prefix cache
+    weights_version: int = 0  # the Engine.load_weights that produced it (0: the first)
 
 
 def filter_logits(logits: Tensor, temperature: float, top_k: int, top_p: float) -> Tensor:
@@ -102,12 +124,29 @@ def stop_hold(text: str, stops: list[str]) -> int:
     return hold
 
 
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of two token lists (binary search over
+    slice comparisons, which run in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    if a[:hi] == b[:hi]:
+        return hi
+    while lo < hi - 1:  # a[:lo] == b[:lo] and a[:hi] != b[:hi]
+        mid = (lo + hi) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
 class _Row:
     """One prompt's state during a generate call."""
 
-    def __init__(self, engine: Engine, prompt: list[int], limit: int) -> None:
+    def __init__(self, engine: Engine, prompt: list[int], params: SamplingParams) -> None:
         self.prompt_len = len(prompt)
-        self.limit = limit  # most tokens this row may generate
+        self.params = params
+        self.limit = min(params.max_new_tokens, engine.max_seq - len(prompt))  # most new tokens
+        self.cached = 0  # prompt tokens the prefix cache held
         self.ids: list[int] = []
         self.logprobs: list[float] = []
         self.experts: list[Tensor] = []  # [moe_layers, k] per fed token
@@ -130,9 +169,13 @@ class Engine:
         *,
         max_batch: int = 8,
         max_seq: int = 4096,
+        cache_slots: int | None = None,
         compile: bool = False,
     ) -> None:
-        """`max_seq` (prompt + generation) is capped at the model's max_position_embeddings.
+        """`max_seq` (prompt + generation) is capped at the model's max_position_embeddings;
+        `cache_slots` (>= max_batch; default max_batch + 1) rows of max_seq tokens make the
+        prefix cache (module docstring), whose memory is cache_slots * max_seq * layers *
+        2 * kv_heads * head_dim * 4 bytes.
         `compile=True` runs the decode step through torch.compile: several times fewer
         host-side ops per token (what bounds decoding small models on a CPU), paid for
         with seconds of compilation on the first calls (a C++ compiler must be present)."""
@@ -148,7 +191,16 @@ class Engine:
         self.max_batch = max_batch
         self.max_seq = min(max_seq, model.config.max_position_embeddings)
         self.device = model.embed_tokens.weight.device
-        self.cache = model.setup_cache(max_batch, self.max_seq)
+        slots = max_batch + 1 if cache_slots is None else cache_slots
+        if slots < max_batch:
+            raise ValueError(f"cache_slots {slots} < max_batch {max_batch}")
+        self.cache = model.setup_cache(slots, self.max_seq)
+        self.held: list[list[int]] = [[] for _ in range(slots)]  # tokens each row holds
+        self._used = [0] * slots  # when each row was last used (LRU)
+        self._clock = 0
+        self.weights_version = 0
+        self.prompt_tokens = 0  # prompt tokens of every call, and of those ...
+        self.cached_tokens = 0  # ... the ones the prefix cache held
         self.stop_ids = tokenizer.stop_ids
         pad = tokenizer.pad_id
         self.pad_id = 0 if pad is None else pad
@@ -157,12 +209,18 @@ class Engine:
         if compile:
             self._decode = torch.compile(self._decode_step, dynamic=None)
 
-    def load_weights(self, state: dict[str, Tensor]) -> None:
+    def load_weights(self, state: dict[str, Tensor], version: int | None = None) -> None:
         """Copy new weights (a full state dict of this model) in place, between
         generations, never during one (RL weight sync); a compiled decode step stays
-        valid."""
+        valid. Generations made with them carry `version` (default: one more)."""
         with self._lock, torch.no_grad():
             self.model.load_state_dict(state, strict=True)
+            self.clear_cache()
+            self.weights_version = self.weights_version + 1 if version is None else version
+
+    def clear_cache(self) -> None:
+        """Forget what the prefix cache holds (it was computed by other weights)."""
+        self.held = [[] for _ in self.held]
 
     # ------------------------------------------------------------------ prompts
     def chat_prompt(self, messages: list[tuple[str, str]]) -> list[int]:
@@ -175,10 +233,13 @@ class Engine:
         return self.generate([self.tokenizer.encode(prompt)], params, **kw)[0]
 
     # --------------------------------------------------------------- generation
-    def _check(self, prompts: list[list[int]], params: SamplingParams) -> None:
-        params.check()
+    def _check(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
         if not prompts:
             raise ValueError("no prompts given")
+        if len(params) != len(prompts):
+            raise ValueError(f"{len(params)} SamplingParams for {len(prompts)} prompts")
+        for p in params:
+            p.check()
         if len(prompts) > self.max_batch:
             raise ValueError(f"batch of {len(prompts)} prompts exceeds max_batch {self.max_batch}")
         vocab = self.model.config.vocab_size
@@ -197,52 +258,42 @@ class Engine:
     def generate(
         self,
         prompts: list[list[int]],
-        params: SamplingParams,
+        params: SamplingParams | list[SamplingParams],
         *,
         on_token: Callable[[int, int, str], None] | None = None,
-        cancel: threading.Event | None = None,
+        cancel: threading.Event | list[threading.Event | None] | None = None,
     ) -> list[Generation]:
-        """Generate for each prompt (token ids); see the module docstring."""
-        self._check(prompts, params)
+        """Generate for each prompt (token ids); see the module docstring. `params` and
+        `cancel` are one for the whole call or one per prompt."""
+        each = params if isinstance(params, list) else [params] * len(prompts)
+        self._check(prompts, each)
+        cancels = cancel if isinstance(cancel, list) else [cancel] * len(prompts)
         with self._lock:
-            return self._generate(prompts, params, on_token, cancel)
+            return self._generate(prompts, each, on_token, cancels)
 
-    def _generate(self, prompts, params, on_token, cancel) -> list[Generation]:
-        B, dev = len(prompts), self.device
-        rows = [_Row(self, p, min(params.max_new_tokens, self.max_seq - len(p))) for p in prompts]
-        if params.max_new_tokens == 0:
-            for r in rows:
+    def _generate(self, prompts, params, on_token, cancels) -> list[Generation]:
+        rows = [_Row(self, p, q) for p, q in zip(prompts, params, strict=True)]
+        for r, c in zip(rows, cancels, strict=True):
+            if r.limit == 0 or r.params.max_new_tokens == 0:
                 r.finish = "length"
-            return [self._result(r) for r in rows]
-        if cancel is not None and cancel.is_set():
-            for r in rows:
+            elif c is not None and c.is_set():
                 r.finish = "cancelled"
+        if all(r.finish is not None for r in rows):
             return [self._result(r) for r in rows]
-        gen = None
-        if params.temperature > 0:
-            gen = torch.Generator(device=dev)
-            if params.seed is not None:
-                gen.manual_seed(params.seed)
-            else:
-                gen.seed()
-
-        # prefill, right-padded: [B, Lmax]
-        lens = torch.tensor([len(p) for p in prompts], device=dev)
-        L = int(lens.max())
-        ids = torch.full((B, L), self.pad_id, dtype=torch.long, device=dev)
-        for i, p in enumerate(prompts):
-            ids[i, : len(p)] = torch.tensor(p, dtype=torch.long)
-        logits = self.model(ids, torch.arange(L, device=dev), self.cache, cache_len=L)
-        logits = logits[torch.arange(B, device=dev), lens - 1]  # [B, V]
+        gens = self._generators(params)
+        logits = self._prefill(prompts, rows)  # [B, V]
+        dev = self.device
 
         while True:
-            tokens, logprobs = self._sample(logits, params, gen)
-            cancelled = cancel is not None and cancel.is_set()
+            tokens, logprobs = self._sample(logits, params, gens)
             for i, r in enumerate(rows):
                 if r.finish is None:
-                    self._accept(i, r, tokens[i], logprobs[i], params, on_token, cancelled)
-            # feed every row's last token at its own position (finished rows re-feed theirs)
-            last = torch.tensor([r.ids[-1] for r in rows], device=dev)[:, None]  # [B, 1]
+                    cancelled = cancels[i] is not None and cancels[i].is_set()
+                    self._accept(i, r, tokens[i], logprobs[i], on_token, cancelled)
+            # feed every row's last token at its own position (finished rows re-feed theirs;
+            # a row that generated nothing re-feeds its last prompt token)
+            last = [r.ids[-1] if r.ids else p[-1] for r, p in zip(rows, prompts, strict=True)]
+            last = torch.tensor(last, device=dev)[:, None]  # [B, 1]
             pos = torch.tensor([r.last_position for r in rows], device=dev)[:, None]  # [B, 1]
             pending = [len(r.experts) < len(r.ids) for r in rows]
             if not any(pending):
@@ -254,7 +305,109 @@ class Engine:
                     r.experts.append(routing[:, i])
             if all(r.finish is not None for r in rows):
                 break
+        for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
+            self.held[i] = p + r.ids[: len(r.experts)]  # every fed token is in the cache
         return [self._result(r) for r in rows]
+
+    # ------------------------------------------------------------- prefix cache
+    def _prefill(self, prompts: list[list[int]], rows: list[_Row]) -> Tensor:
+        """Arrange the cache, prefill what it does not hold, return the next-token
+        logits [B, V] at each prompt's last token."""
+        B, dev = len(prompts), self.device
+        starts = self._place(prompts)
+        starts = self._share_batch_prefix(prompts, starts)
+        for r, c in zip(rows, starts, strict=True):
+            r.cached = c
+        self.prompt_tokens += sum(map(len, prompts))
+        self.cached_tokens += sum(starts)
+        L = max(len(p) - c for p, c in zip(prompts, starts, strict=True))  # >= 1
+        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        for i, (p, c) in enumerate(zip(prompts, starts, strict=True)):
+            ids[i, : len(p) - c] = torch.tensor(p[c:], dtype=torch.long)
+        start = torch.tensor(starts)[:, None]  # [B, 1]
+        # pads go to the slots after each prompt (rewritten before they are read)
+        positions = (start + torch.arange(L)[None]).clamp(max=self.max_seq - 1)  # [B, L]
+        last = torch.tensor([len(p) - c - 1 for p, c in zip(prompts, starts, strict=True)])
+        length = int(positions.max()) + 1
+        logits = self.model(
+            ids.to(dev), positions.to(dev), self.cache, cache_len=length, logits_at=last.to(dev)
+        )
+        return logits[:, 0]
+
+    def _place(self, prompts: list[list[int]]) -> list[int]:
+        """Move into rows 0..B-1 of the cache the longest prefix of each prompt that some
+        row holds (continuing it in place, or copying it into the least recently used
+        row); returns how many tokens of each prompt are held."""
+        self._clock += 1
+        n = len(self.held)
+        claimed: set[int] = set()  # rows given to a prompt of this call
+        sources: set[int] = set()  # rows copied from (kept until the copies are made)
+        plan: list[tuple[int, int]] = [(0, 0)] * len(prompts)  # (row, tokens held)
+        copies: list[tuple[int, int, int]] = []  # (from, to, tokens)
+        best = []
+        for p in prompts:
+            reuse = [min(common_prefix(p, h), len(p) - 1) for h in self.held]
+            row = max(range(n), key=lambda j: (reuse[j], self._used[j]))
+            best.append((reuse[row], row))
+        for i in sorted(range(len(prompts)), key=lambda i: -best[i][0]):
+            c, row = best[i]
+            continues = c > 0 and c >= len(self.held[row]) - 1  # nothing else lost
+            if continues and row not in claimed and row not in sources:
+                claimed.add(row)
+                plan[i] = (row, c)
+                continue
+            free = [j for j in range(n) if j not in claimed and j not in sources and j != row]
+            if free:
+                to = min(free, key=lambda j: (len(self.held[j]) > 0, self._used[j]))
+                if c > 0:
+                    copies.append((row, to, c))
+                    sources.add(row)
+                claimed.add(to)
+                plan[i] = (to, c)
+            elif row not in claimed and row not in sources:  # own it after all
+                claimed.add(row)
+                plan[i] = (row, c)
+            else:  # every row is taken: prefill from scratch
+                to = next(j for j in range(n) if j not in claimed)
+                claimed.add(to)
+                plan[i] = (to, 0)
+        for src, dst, c in copies:
+            self.cache.copy_rows([src], [dst], c)
+            self.held[dst] = self.held[src][:c]
+        for row, c in plan:
+            self.held[row] = self.held[row][:c]
+        # the planned rows to the front, in prompt order; the rest keep their order
+        order = [row for row, _ in plan]
+        order += [j for j in range(n) if j not in claimed]
+        moved = [j for j in range(n) if order[j] != j]
+        if moved:
+            src = [order[j] for j in moved]
+            self.cache.copy_rows(src, moved, max(len(self.held[j]) for j in src))
+            self.held = [self.held[j] for j in order]
+            self._used = [self._used[j] for j in order]
+        for i in range(len(prompts)):
+            self._used[i] = self._clock
+        return [c for _, c in plan]
+
+    def _share_batch_prefix(self, prompts: list[list[int]], starts: list[int]) -> list[int]:
+        """Prompts of one call that begin alike (an RL group, one task sampled G times)
+        get the prefix they all share, beyond what the cache held, prefilled once in row
+        0 and copied to the others."""
+        if len(prompts) < 2:
+            return starts
+        shared = min(common_prefix(prompts[0], p) for p in prompts[1:])
+        shared = min(shared, min(len(p) for p in prompts) - 1)
+        if shared - max(starts) < 16:  # not worth a separate pass
+            return starts
+        c0, dev = starts[0], self.device
+        ids = torch.tensor(prompts[0][c0:shared], dtype=torch.long, device=dev)[None]
+        positions = torch.arange(c0, shared, device=dev)[None]
+        self.model(ids, positions, self.cache, cache_len=shared, logits_at=ids.new_zeros(1))
+        rest = list(range(1, len(prompts)))
+        self.cache.copy_rows([0] * len(rest), rest, shared)
+        for i in range(len(prompts)):
+            self.held[i] = prompts[i][:shared]
+        return [shared] * len(prompts)
 
     def _decode_step(self, tokens: Tensor, positions: Tensor, length: int) -> tuple[Tensor, Tensor]:
         """tokens, positions [B, 1] -> next-token logits [B, V], experts [moe_layers, B, k];
@@ -262,10 +415,42 @@ class Engine:
         out = self.model(tokens, positions, self.cache, cache_len=length, return_routing=True)
         return out.logits[:, -1], out.routing[:, :, 0]
 
+    def _generators(self, params: list[SamplingParams]) -> list[torch.Generator | None]:
+        """One generator for a call whose rows share their settings (as before per-row
+        settings existed: a seed gives the same samples), else one per sampled row."""
+        shared = all(p == params[0] for p in params)
+        made: list[torch.Generator | None] = []
+        for i, p in enumerate(params):
+            if p.temperature == 0:
+                made.append(None)
+            elif shared and i > 0:
+                made.append(made[0])
+            else:
+                gen = torch.Generator(device=self.device)
+                if p.seed is not None:
+                    gen.manual_seed(p.seed)
+                else:
+                    gen.seed()
+                made.append(gen)
+        return made
+
     def _sample(
-        self, logits: Tensor, params: SamplingParams, gen: torch.Generator | None
+        self, logits: Tensor, params: list[SamplingParams], gens: list[torch.Generator | None]
     ) -> tuple[list[int], list[float]]:
         """logits [B, V] -> a token and its sampler log-prob per row."""
+        if all(p == params[0] for p in params):
+            return self._sample_rows(logits, params[0], gens[0])
+        tokens, logprobs = [], []
+        for i, (p, g) in enumerate(zip(params, gens, strict=True)):
+            t, lp = self._sample_rows(logits[i : i + 1], p, g)
+            tokens += t
+            logprobs += lp
+        return tokens, logprobs
+
+    @staticmethod
+    def _sample_rows(
+        logits: Tensor, params: SamplingParams, gen: torch.Generator | None
+    ) -> tuple[list[int], list[float]]:
         if params.temperature == 0:
             logp = torch.log_softmax(logits.float(), dim=-1)
             tokens = logp.argmax(-1)  # [B]
@@ -277,7 +462,7 @@ class Engine:
         chosen = logp.gather(-1, tokens[:, None])[:, 0]
         return tokens.tolist(), chosen.tolist()
 
-    def _accept(self, i, r: _Row, token, logprob, params, on_token, cancelled) -> None:
+    def _accept(self, i, r: _Row, token, logprob, on_token, cancelled) -> None:
         """Append one sampled token to row `r`, decide whether it ends the row, and hand the
         text it completes to on_token (holding back what may begin a stop string)."""
         r.ids.append(token)
@@ -292,12 +477,11 @@ class Engine:
                 r.finish = "cancelled"
         if r.finish is not None:
             r.text += r.decoder.flush()
-        cut = min(
-            (j for j in (r.text.find(s, r.emitted) for s in params.stop) if j >= 0), default=-1
-        )
+        stops = r.params.stop
+        cut = min((j for j in (r.text.find(s, r.emitted) for s in stops) if j >= 0), default=-1)
         if cut >= 0:
             r.text, r.finish = r.text[:cut], "stop"
-        end = len(r.text) if r.finish else len(r.text) - stop_hold(r.text, params.stop)
+        end = len(r.text) if r.finish else len(r.text) - stop_hold(r.text, stops)
         delta = r.text[r.emitted : end] if end > r.emitted else ""
         r.emitted = max(r.emitted, end)
         if on_token is not None:
@@ -313,4 +497,6 @@ class Engine:
             experts=experts.to(torch.int16),
             text=r.text,
             finish_reason=r.finish or "length",
+            cached_tokens=r.cached,
+            weights_version=self.weights_version,
         )

@@ -131,6 +131,13 @@ class KVCache(nn.Module):
         self.k.zero_()
         self.v.zero_()
 
+    def copy_rows(self, src: list[int], dst: list[int], length: int) -> None:
+        """Rows dst[j] get the first `length` slots of rows src[j], every layer (the source
+        rows are read before any is written, so a permutation is safe)."""
+        if length > 0 and src:
+            for buf in (self.k, self.v):
+                buf[:, dst, :, :length] = buf[:, src, :, :length]
+
 
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig, layer: int):
@@ -429,13 +436,16 @@ class Model(nn.Module):
         replay_routing: Tensor | None = None,
         return_routing: bool = False,
         return_aux_loss: bool = False,
+        logits_at: Tensor | None = None,
     ) -> Tensor | ModelOutput:
         """input_ids [B, L] -> logits [B, L, V]; a ModelOutput when routing or the aux loss
         is asked for. positions [L] or [B, L] (default 0..L-1); with `cache` the new K/V are
         written at `positions` and each token attends to cache slots <= its position among
         the first `cache_len` slots (default all max_seq: pass the slots in use, since
         attention costs grow with it). `replay_routing` [moe layers, B, L, k]: route
-        token (b, t) of MoE layer i to replay_routing[i, b, t] (see route())."""
+        token (b, t) of MoE layer i to replay_routing[i, b, t] (see route()). `logits_at`
+        [B]: the one position of each row whose logits are wanted (prefill: the head over
+        every prompt token would cost more than a layer), logits [B, 1, V]."""
         B, L = input_ids.shape
         if positions is None:
             positions = torch.arange(L, device=input_ids.device)
@@ -473,7 +483,9 @@ class Model(nn.Module):
             x, r = layer(x, cos, sin, positions, cache, cache_len, replay)
             if r is not None:
                 routers.append(r)
-        logits = self.lm_head(self.norm(x))  # [B, L, V]
+        if logits_at is not None:
+            x = x[torch.arange(B, device=x.device), logits_at][:, None]  # [B, 1, D]
+        logits = self.lm_head(self.norm(x))  # [B, L, V] (or [B, 1, V])
         if not (return_routing or return_aux_loss):
             return logits
         out = ModelOutput(logits=logits)

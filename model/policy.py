@@ -7,8 +7,9 @@
 
 The checkpoint directory is a part of tachy's model (assembled with the installed base)
 or one written by model.save (model.checkpoint.open_model); the `tokenizer` option
-overrides the tokenizer found with it. Generation
-runs on a worker thread (one at a time); text chunks reach the event loop through an
+overrides the tokenizer found with it. Generation runs on the engine's batcher thread
+(several runs streaming from one policy at once decode together, each keeping its
+prompt prefix cached between turns); text chunks reach the event loop through an
 asyncio queue fed with loop.call_soon_threadsafe. Closing or cancelling the iterator sets
 the engine's cancel event, so the worker stops at its next decode step.
 """
@@ -18,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
 from agent.policy import Message, PolicyError
+from model.batcher import Batcher
 from model.checkpoint import open_model
 from model.generate import Engine, Generation, SamplingParams
 from model.hf import CheckpointError
@@ -79,8 +81,8 @@ class LocalPolicy:
         *,
         tokenizer: str | Path | None = None,
         device: str = "cpu",
-        max_batch: int = 1,
-        max_seq: int = 4096,
+        max_batch: int = 2,
+        max_seq: int = 8192,
         compile: bool = False,
         max_new_tokens: int = 1024,
         temperature: float = 0.0,
@@ -108,7 +110,7 @@ class LocalPolicy:
         except ValueError as exc:
             raise PolicyError(f"local policy: {exc}") from None
         self.last_generation: Generation | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tachy-local")
+        self.batcher = Batcher(self.engine)  # several runs on one policy decode together
         self._workers: set[Future] = set()
 
     async def stream(self, messages: list[Message], stop: list[str]) -> AsyncIterator[str]:
@@ -133,21 +135,26 @@ class LocalPolicy:
             if text:
                 put(text)
 
-        def work() -> None:
-            try:
-                gen = self.engine.generate([prompt], params, on_token=on_token, cancel=cancel)
-                self.last_generation = gen[0]
-                put(gen[0])
-            except BaseException as exc:  # handed to the consumer
+        def done(future: Future) -> None:
+            exc = future.exception()
+            if exc is not None:  # handed to the consumer
                 put(exc)
+                return
+            gen = future.result()
+            if gen is not None:
+                self.last_generation = gen
+            put(gen or "")  # None: cancelled before it began
 
-        worker = self._executor.submit(work)
+        worker = self.batcher.submit(prompt, params, on_token=on_token, cancel=cancel)
+        worker.add_done_callback(done)
         self._workers.add(worker)
         worker.add_done_callback(self._workers.discard)
         try:
             while True:
                 item = await queue.get()
                 if isinstance(item, str):
+                    if not item:
+                        return
                     yield item
                 elif isinstance(item, BaseException):
                     raise PolicyError(f"local model failed: {item}") from item
@@ -161,4 +168,4 @@ class LocalPolicy:
         pending = [asyncio.wrap_future(f) for f in list(self._workers)]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        self._executor.shutdown(wait=False)
+        self.batcher.close()

@@ -8,8 +8,10 @@ A small HTTP/1.1 server on asyncio streams (no web framework):
 
 Request bodies carry a Content-Length (at most MAX_BODY bytes, else 413); every
 response closes its connection (no keep-alive), so an event stream is
-close-delimited. Generations run one at a time on a worker thread; a client that
-disconnects cancels its generation (queued or running). Errors are OpenAI-shaped:
+close-delimited. Concurrent requests decode together (model.batcher), each session's
+prompt prefix kept in the engine's cache between turns (usage reports the reused
+tokens as prompt_tokens_details.cached_tokens); a client that disconnects cancels its
+generation (queued or running). Errors are OpenAI-shaped:
 {"error": {"message", "type", "param", "code"}} with 400 (bad body), 404 (unknown
 route), 405, 413, 500 (the message says what failed).
 """
@@ -17,7 +19,6 @@ route), 405, 413, 500 (the message says what failed).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import logging
@@ -211,7 +212,9 @@ class ModelServer:
         self.engine, self.model_name, self.max_seq = engine, model_name, max_seq
         self.default_max_tokens = default_max_tokens
         self.created = int(time.time())
-        self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="tachy-engine")
+        from model.batcher import Batcher
+
+        self.batcher = Batcher(engine)  # concurrent requests decode together
         self.server: asyncio.AbstractServer | None = None
         self._sent: weakref.WeakSet = weakref.WeakSet()  # writers whose response began
 
@@ -225,7 +228,7 @@ class ModelServer:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.batcher.close()
 
     # ---------------------------------------------------------------- HTTP
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
@@ -386,13 +389,11 @@ class ModelServer:
             if text:
                 loop.call_soon_threadsafe(chunks.put_nowait, text)
 
-        def run() -> Any:
-            if cancel.is_set():
-                return None
-            kw = {"on_token": on_token} if request.stream else {}
-            return self.engine.generate([prompt], params, cancel=cancel, **kw)[0]
-
-        job = loop.run_in_executor(self.pool, run)
+        job = asyncio.wrap_future(
+            self.batcher.submit(
+                prompt, params, on_token=on_token if request.stream else None, cancel=cancel
+            )
+        )
         # The client sends nothing more: EOF (or a reset) on its side means it left.
         watcher = asyncio.ensure_future(reader.read(1))
         watcher.add_done_callback(lambda _: cancel.set())
@@ -416,7 +417,7 @@ class ModelServer:
                         "created": int(time.time()),
                         "model": self.model_name,
                         "choices": [{"index": 0, "message": message, "finish_reason": reason}],
-                        "usage": self._usage(len(prompt), len(gen.token_ids)),
+                        "usage": self._usage(len(prompt), gen),
                     },
                 )
         finally:
@@ -488,7 +489,7 @@ class ModelServer:
                 "created": created,
                 "model": self.model_name,
                 "choices": [],
-                "usage": self._usage(prompt_len, len(gen.token_ids)),
+                "usage": self._usage(prompt_len, gen),
             }
             writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
         writer.write(b"data: [DONE]\n\n")
@@ -499,11 +500,13 @@ class ModelServer:
         return "chatcmpl-" + uuid.uuid4().hex[:24]
 
     @staticmethod
-    def _usage(prompt: int, completion: int) -> dict[str, int]:
+    def _usage(prompt: int, gen: Any) -> dict[str, Any]:
+        completion = len(gen.token_ids)
         return {
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": gen.cached_tokens},
         }
 
 

@@ -76,6 +76,10 @@ class Sessions:
         self.folder_index = folder_index
         self.progress = progress
         self.sessions: dict[str, Session] = {}
+        # In-process models (local:) by spec, shared by every run: loading one takes
+        # seconds, and its engine keeps each conversation's prefix cached between turns
+        # and decodes concurrent runs together. Closed at shutdown.
+        self.shared_policies: dict[str, Policy] = {}
 
     def _policy(self, spec: str | None, folder: Path) -> Policy:
         if not spec:
@@ -87,10 +91,15 @@ class Sessions:
         kind, _, rest = spec.partition(":")
         if kind == "replay" and rest and not os.path.isabs(rest):
             spec = f"replay:{folder / rest}"  # relative to the workspace folder
+        if spec in self.shared_policies:
+            return self.shared_policies[spec]
         try:
-            return load_policy(spec)
+            policy = load_policy(spec)
         except PolicyError as exc:
             raise SessionError(str(exc)) from None
+        if kind == "local":
+            self.shared_policies[spec] = policy
+        return policy
 
     def new_id(self, wanted: str | None) -> str:
         """A session id: the client's choice, which must not name a live run."""
@@ -119,7 +128,8 @@ class Sessions:
             # A finished session keeps its id and state only: its events went to the
             # editor, and its proposals hold the workspace a later revert needs.
             session.executor = None
-            await policy.aclose()
+            if policy not in self.shared_policies.values():
+                await policy.aclose()
 
     async def _run(
         self,
@@ -225,6 +235,9 @@ class Sessions:
                     tasks.append(session.task)
         if tasks:
             await asyncio.wait(tasks, timeout=10)
+        shared, self.shared_policies = list(self.shared_policies.values()), {}
+        for policy in shared:
+            await policy.aclose()
 
 
 class AgentRuns:

@@ -22,6 +22,7 @@ import torch
 import model as tachy_model
 from agent.policy import Message, OpenAIPolicy, PolicyError
 from model import serve
+from model.generate import SamplingParams
 from model.tokenizer import train_bpe
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("torch_path")]
@@ -80,7 +81,7 @@ def model_server(checkpoint):
     """A server on a free port, running on its own event loop in a thread."""
     server = serve.build_server(checkpoint, max_batch=2, max_seq=256, name="tiny")
     server.engine.stop_ids = frozenset()  # a random model: end only at length or a stop string
-    server.engine = Recorder(server.engine)
+    server.engine = server.batcher.engine = Recorder(server.engine)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     port = []
@@ -137,7 +138,6 @@ def test_streamed_answer_through_the_policy_matches_the_engine(model_server) -> 
     assert len(gen.token_ids) <= 24
     # the same prompt, greedy, straight through the engine
     prompt = model_server.engine.chat_prompt([(m.role, m.content) for m in MESSAGES])
-    from model.generate import SamplingParams
 
     direct = model_server.engine.generate([prompt], SamplingParams(max_new_tokens=24))[0]
     assert direct.text == gen.text and direct.token_ids == gen.token_ids
@@ -234,6 +234,13 @@ def _start_and_drop(server, stream: bool) -> None:
     s.close()
 
 
+def test_usage_counts_the_prompt_tokens_the_cache_held(model_server) -> None:
+    body = {"messages": [{"role": "user", "content": "def sub(a, b):"}], "max_tokens": 3}
+    first, second = post(model_server, body).json(), post(model_server, body).json()
+    prompt = first["usage"]["prompt_tokens"]
+    assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt - 1
+
+
 @pytest.mark.parametrize("stream", [True, False])
 def test_disconnect_cancels_the_generation(model_server, stream) -> None:
     recorder = model_server.engine
@@ -241,12 +248,13 @@ def test_disconnect_cancels_the_generation(model_server, stream) -> None:
     recorder.started.clear()
     before = len(recorder.results)
     _start_and_drop(model_server, stream)
-    # The engine runs one job at a time: once a no-op queued behind the request has run,
-    # the request's job is over. A client that left while its job was still queued (a
-    # busy machine) is never generated for at all, which is right too.
-    model_server.pool.submit(lambda: None).result(timeout=60)
-    if len(recorder.results) > before:
-        gen = recorder.results[-1]
+    # Once a no-op submitted after the request has been served (in the same engine call
+    # or the next), the request's generation is over. A client that left while its
+    # request was still queued (a busy machine) is never generated for, which is right too.
+    model_server.batcher.submit([1], SamplingParams(max_new_tokens=0)).result(timeout=60)
+    noop = ("length", [])
+    mine = [g for g in recorder.results[before:] if (g.finish_reason, g.token_ids) != noop]
+    for gen in mine:
         assert gen.finish_reason == "cancelled"
         assert len(gen.token_ids) < 200
 

@@ -6,11 +6,12 @@ step.
     ray.get(actor.set_weights.remote(3, ray.put(trainer_model.sampling_state())))
     sample = await actor.generate.remote(prompt_ids, 512)      # a token_policy.Sample
 
-Batching: requests queue up while the engine works; each engine call takes the oldest
-request and up to max_batch - 1 more that asked for the same number of new tokens, stop
-strings and temperature (the engine has one SamplingParams per call). A call runs on a worker thread, so set_weights and
-stats are answered meanwhile; new weights are loaded between calls, never during one,
-so every token of a Sample comes from one policy version.
+Batching: requests queue up while the engine works; each engine call takes up to
+max_batch of them, whatever their lengths, stops and temperatures (model.batcher), and
+each rollout's conversation stays in the engine's prefix cache between its turns. Calls
+run on the batcher's thread, so set_weights and stats are answered meanwhile; new
+weights are loaded between calls, never during one (the engine's lock), so every token
+of a Sample comes from one policy version; they empty the prefix cache.
 
 Weight sync goes through the Ray object store: the trainer puts one state dict, every
 actor loads it in place (the compiled decode graph stays valid). Model.sampling_state
@@ -25,24 +26,15 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from dataclasses import dataclass, field
 
 import ray
 import torch
 from torch import Tensor
 
+from model.batcher import Batcher
 from model.checkpoint import open_model
 from model.generate import Engine, SamplingParams
 from training.rl.token_policy import Sample
-
-
-@dataclass
-class _Request:
-    prompt: list[int]
-    max_new_tokens: int
-    stop: tuple[str, ...]
-    temperature: float
-    future: asyncio.Future = field(repr=False)
 
 
 class InferenceService:
@@ -66,14 +58,9 @@ class InferenceService:
         self.temperature = temperature
         self.seed = seed
         self.version = 0
-        self.calls = 0
-        self.queue: list[_Request] = []
-        self.wakeup: asyncio.Event | None = None
-        self.worker: asyncio.Task | None = None
-        self.busy_s = 0.0
+        self.requests = 0
+        self.batcher = Batcher(self.engine)
         self.tokens = 0
-        self.batches = 0
-        self.rows = 0
         self.sync_s = 0.0
 
     async def info(self) -> dict:
@@ -89,62 +76,25 @@ class InferenceService:
         """Sample up to max_new_tokens after `prompt` (ids), ending early at a stop string
         (the executor's: the model must not write tool results itself), at `temperature`
         (default: the actor's; 0 is greedy, for evaluation)."""
-        loop = asyncio.get_running_loop()
-        if self.worker is None or self.worker.done():
-            self.wakeup = asyncio.Event()
-            self.worker = loop.create_task(self._serve())
         temp = self.temperature if temperature is None else float(temperature)
-        stops = tuple(s for s in stop if s)
-        request = _Request(list(prompt), int(max_new_tokens), stops, temp, loop.create_future())
-        self.queue.append(request)
-        self.wakeup.set()
-        return await request.future
-
-    async def _serve(self) -> None:
-        while True:
-            await self.wakeup.wait()
-            self.wakeup.clear()
-            while self.queue:
-                first = self.queue[0]
-                key = (first.max_new_tokens, first.stop, first.temperature)
-                batch = [r for r in self.queue if (r.max_new_tokens, r.stop, r.temperature) == key]
-                batch = batch[: self.engine.max_batch]
-                for r in batch:
-                    self.queue.remove(r)
-                await self._run(batch)
-
-    async def _run(self, batch: list[_Request]) -> None:
-        self.calls += 1
+        self.requests += 1
         params = SamplingParams(
-            max_new_tokens=batch[0].max_new_tokens, temperature=batch[0].temperature,
-            stop=list(batch[0].stop),
-            seed=self.seed * 1_000_003 + self.calls,
+            max_new_tokens=int(max_new_tokens), temperature=temp,
+            stop=[s for s in stop if s],
+            seed=self.seed * 1_000_003 + self.requests,  # each sample its own stream
         )  # fmt: skip
-        started = time.perf_counter()
-        try:
-            gens = await asyncio.to_thread(self.engine.generate, [r.prompt for r in batch], params)
-        except Exception as exc:  # each waiting rollout gets the error
-            for r in batch:
-                if not r.future.done():
-                    r.future.set_exception(exc)
-            return
-        self.busy_s += time.perf_counter() - started
-        self.batches += 1
-        self.rows += len(batch)
-        for r, g in zip(batch, gens, strict=True):
-            self.tokens += len(g.token_ids)
-            if not r.future.done():  # the caller may have gone (aborted rollout)
-                sample = Sample(
-                    g.token_ids, g.logprobs, g.experts, self.version, g.text, g.finish_reason
-                )
-                r.future.set_result(sample)
+        g = await asyncio.wrap_future(self.batcher.submit(list(prompt), params))
+        self.tokens += len(g.token_ids)
+        return Sample(
+            g.token_ids, g.logprobs, g.experts, g.weights_version, g.text, g.finish_reason
+        )
 
     async def set_weights(self, version: int, weights: dict[str, Tensor]) -> float:
         """Load the trainer's weights (Model.sampling_state) as `version`, between engine calls.
         Returns the seconds it took, waiting for a running call included."""
         started = time.perf_counter()
 
-        await asyncio.to_thread(self.engine.load_weights, weights)
+        await asyncio.to_thread(self.engine.load_weights, weights, version)
         self.version = version
         seconds = time.perf_counter() - started
         self.sync_s += seconds
@@ -153,12 +103,16 @@ class InferenceService:
     async def stats(self) -> dict:
         return {
             "version": self.version,
-            "busy_s": round(self.busy_s, 3),
+            "busy_s": round(self.batcher.busy_s, 3),
             "tokens": self.tokens,
-            "batches": self.batches,
-            "mean_batch": round(self.rows / self.batches, 2) if self.batches else 0.0,
+            "batches": self.batcher.calls,
+            "mean_batch": round(self.batcher.rows / self.batcher.calls, 2)
+            if self.batcher.calls
+            else 0.0,
             "sync_s": round(self.sync_s, 3),
-            "queued": len(self.queue),
+            "queued": self.batcher.waiting,
+            "prompt_tokens": self.engine.prompt_tokens,
+            "cached_prompt_tokens": self.engine.cached_tokens,
         }
 
 

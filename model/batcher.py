@@ -1,0 +1,132 @@
+"""Requests of concurrent sessions decoded together on one engine.
+
+    batcher = Batcher(engine)
+    future = batcher.submit(prompt_ids, SamplingParams(max_new_tokens=256), on_token=show)
+    generation = future.result()            # or: await asyncio.wrap_future(future)
+
+Each request waits in a queue; one worker thread takes up to engine.max_batch waiting
+requests per engine call, whatever their sampling settings (the engine takes one
+SamplingParams per prompt), so sessions that ask at the same time share every decode
+step, and each keeps its rows of the prefix cache between turns. A request that arrives
+while a call runs waits for the next one. A request cancelled before its call begins
+resolves to None; one cancelled during it stops at the next token.
+
+`tachy model serve`, the `local:` policy and the RL inference actors all go through it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+from model.generate import Engine, Generation, SamplingParams
+
+OnToken = Callable[[int, int, str], None]  # (row, token id, new text); row is always 0
+
+
+@dataclass
+class _Request:
+    prompt: list[int]
+    params: SamplingParams
+    on_token: OnToken | None
+    cancel: threading.Event
+    future: Future = field(default_factory=Future)
+
+
+class Batcher:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._queue: list[_Request] = []
+        self._ready = threading.Condition()
+        self._closed = False
+        self._worker: threading.Thread | None = None
+        self.calls = 0  # engine calls made,
+        self.rows = 0  # the requests they served,
+        self.busy_s = 0.0  # and the seconds they took
+
+    def submit(
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        on_token: OnToken | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Future:
+        """Queue one prompt; the Future resolves to its Generation (None if cancelled
+        before its engine call began) or to the engine's error."""
+        request = _Request(list(prompt), params, on_token, cancel or threading.Event())
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("the batcher is closed")
+            self._queue.append(request)
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._serve, name="tachy-engine", daemon=True
+                )
+                self._worker.start()
+            self._ready.notify()
+        return request.future
+
+    @property
+    def waiting(self) -> int:
+        """Requests queued for the next engine call."""
+        return len(self._queue)
+
+    def close(self) -> None:
+        """Stop taking requests; those still waiting resolve to None."""
+        with self._ready:
+            self._closed = True
+            waiting, self._queue = self._queue, []
+            self._ready.notify()
+        for request in waiting:
+            request.future.set_result(None)
+
+    def _next_batch(self) -> list[_Request] | None:
+        with self._ready:
+            while not self._queue and not self._closed:
+                self._ready.wait()
+            if self._closed:
+                return None
+            batch = self._queue[: self.engine.max_batch]
+            del self._queue[: len(batch)]
+        live = []
+        for request in batch:
+            if request.cancel.is_set() or not request.future.set_running_or_notify_cancel():
+                if not request.future.done():
+                    request.future.set_result(None)
+            else:
+                live.append(request)
+        return live
+
+    def _serve(self) -> None:
+        while (batch := self._next_batch()) is not None:
+            if batch:
+                self._run(batch)
+
+    def _run(self, batch: list[_Request]) -> None:
+        def on_token(row: int, token: int, text: str) -> None:
+            callback = batch[row].on_token
+            if callback is not None:
+                callback(0, token, text)
+
+        started = time.perf_counter()
+        try:
+            generations: list[Generation] = self.engine.generate(
+                [r.prompt for r in batch],
+                [r.params for r in batch],
+                on_token=on_token,
+                cancel=[r.cancel for r in batch],
+            )
+        except BaseException as exc:  # every waiting session gets the error
+            for request in batch:
+                request.future.set_exception(exc)
+            return
+        finally:
+            self.calls += 1
+            self.rows += len(batch)
+            self.busy_s += time.perf_counter() - started
+        for request, generation in zip(batch, generations, strict=True):
+            request.future.set_result(generation)

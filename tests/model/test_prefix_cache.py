@@ -1,0 +1,194 @@
+"""The engine's prefix cache: sessions continued across turns, a shared system prompt,
+an RL group's common prefix, eviction, per-prompt settings (tiny random model).
+
+Every generation is compared with the same prompt run on an engine whose cache is
+emptied first: the cache must only save work, never change a token."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from model.batcher import Batcher
+from model.generate import Engine, SamplingParams, common_prefix
+from model.tokenizer import train_bpe
+from tests.model.test_generate import CORPUS, make_model
+
+pytestmark = pytest.mark.usefixtures("torch_path")
+
+GREEDY = SamplingParams(max_new_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_bpe(CORPUS, vocab_size=400)
+
+
+@pytest.fixture(scope="module")
+def model(tokenizer):
+    return make_model(tokenizer.vocab_size)
+
+
+def fresh(model, tokenizer, prompt, params=GREEDY):
+    """The reference: the prompt prefilled from nothing."""
+    engine = Engine(model, tokenizer, max_batch=1, max_seq=256)
+    engine.stop_ids = frozenset()
+    return engine.generate([prompt], params)[0]
+
+
+def same(a, b) -> None:
+    assert a.token_ids == b.token_ids
+    torch.testing.assert_close(
+        torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4, rtol=0
+    )
+    assert torch.equal(a.experts, b.experts)
+
+
+def ids(n: int, seed: int) -> list[int]:
+    return torch.randint(3, 300, (n,), generator=torch.Generator().manual_seed(seed)).tolist()
+
+
+SYSTEM = ids(60, 1)
+
+
+def test_common_prefix() -> None:
+    assert common_prefix([], [1]) == 0
+    assert common_prefix([1, 2, 3], [1, 2, 3]) == 3
+    assert common_prefix([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert common_prefix([1, 2], [1, 2, 3]) == 2
+    assert common_prefix([5], [1, 2]) == 0
+    a = list(range(1000))
+    for k in (0, 1, 499, 998):
+        assert common_prefix(a, [*a[:k], -1]) == k
+
+
+def test_a_session_continues_in_place(model, tokenizer) -> None:
+    engine = Engine(model, tokenizer, max_batch=1, max_seq=256)
+    engine.stop_ids = frozenset()
+    prompt = SYSTEM + ids(10, 2)
+    first = engine.generate([prompt], GREEDY)[0]
+    assert first.cached_tokens == 0
+    same(first, fresh(model, tokenizer, prompt))
+    # the next turn: the answer (as generated) and a tool result
+    turn2 = prompt + first.token_ids + ids(15, 3)
+    second = engine.generate([turn2], GREEDY)[0]
+    assert second.cached_tokens == len(prompt) + len(first.token_ids)
+    same(second, fresh(model, tokenizer, turn2))
+    # the answer re-tokenised differently: the cache holds up to where they differ
+    turn3 = turn2 + second.token_ids[:4] + [7, 7] + ids(5, 4)
+    third = engine.generate([turn3], GREEDY)[0]
+    assert third.cached_tokens == len(turn2) + 4
+    same(third, fresh(model, tokenizer, turn3))
+    # the same prompt again holds all but its last token
+    again = engine.generate([turn3], GREEDY)[0]
+    assert again.cached_tokens == len(turn3) - 1
+    same(again, third)
+
+
+def test_sessions_share_the_system_prompt_and_survive_eviction(model, tokenizer) -> None:
+    engine = Engine(model, tokenizer, max_batch=1, max_seq=256, cache_slots=2)
+    engine.stop_ids = frozenset()
+    sessions = {name: SYSTEM + ids(8, seed) for name, seed in (("a", 10), ("b", 11), ("c", 12))}
+    held = {}
+    for turn in range(3):
+        for name in ("a", "b", "c"):  # three sessions, two cache rows
+            prompt = sessions[name]
+            gen = engine.generate([prompt], GREEDY)[0]
+            same(gen, fresh(model, tokenizer, prompt))
+            assert gen.cached_tokens >= (len(SYSTEM) if (turn, name) != (0, "a") else 0)
+            held[name] = gen.cached_tokens
+            sessions[name] = prompt + gen.token_ids + ids(6, 100 * turn + ord(name))
+    # with 2 rows for 3 sessions in turn, each session was evicted before its next turn
+    # and got back only the shared system prompt
+    assert all(v == len(SYSTEM) for v in held.values())
+    engine = Engine(model, tokenizer, max_batch=1, max_seq=256, cache_slots=3)
+    engine.stop_ids = frozenset()
+    a, b = SYSTEM + ids(8, 20), SYSTEM + ids(8, 21)
+    ga = engine.generate([a], GREEDY)[0]
+    engine.generate([b], GREEDY)
+    ga2 = engine.generate([a + ga.token_ids + [5]], GREEDY)[0]
+    assert ga2.cached_tokens == len(a) + len(ga.token_ids)  # 3 rows: a kept its own
+
+
+def test_a_batch_shares_its_common_prefix_and_mixes_settings(model, tokenizer) -> None:
+    engine = Engine(model, tokenizer, max_batch=4, max_seq=256)
+    engine.stop_ids = frozenset()
+    group = [SYSTEM + ids(30, 5) + ids(3 + i, 40 + i) for i in range(3)]
+    settings = [
+        SamplingParams(max_new_tokens=12),
+        SamplingParams(max_new_tokens=5),
+        SamplingParams(max_new_tokens=9, temperature=0.8, seed=3),
+    ]
+    gens = engine.generate(group, settings)
+    assert [g.cached_tokens for g in gens] == [len(SYSTEM) + 30] * 3
+    same(gens[0], fresh(model, tokenizer, group[0], settings[0]))
+    same(gens[1], fresh(model, tokenizer, group[1], settings[1]))
+    assert len(gens[1].token_ids) == 5 and len(gens[2].token_ids) == 9
+    # a sampled row with a seed samples what it samples alone
+    assert gens[2].token_ids == fresh(model, tokenizer, group[2], settings[2]).token_ids
+    # each continues in its own row next turn, in any order and batch
+    turn2 = [group[i] + gens[i].token_ids + [9] for i in (2, 0)]
+    again = engine.generate(turn2, GREEDY)
+    assert [g.cached_tokens for g in again] == [len(p) - 1 for p in turn2]
+    for g, p in zip(again, turn2, strict=True):
+        same(g, fresh(model, tokenizer, p))
+
+
+def test_new_weights_empty_the_cache(model, tokenizer) -> None:
+    engine = Engine(model, tokenizer, max_batch=1, max_seq=256)
+    prompt = SYSTEM + ids(5, 6)
+    engine.generate([prompt], GREEDY)
+    engine.load_weights(model.state_dict())
+    assert engine.generate([prompt], GREEDY)[0].cached_tokens == 0
+
+
+def test_per_prompt_cancel_and_limits(model, tokenizer) -> None:
+    engine = Engine(model, tokenizer, max_batch=2, max_seq=256)
+    engine.stop_ids = frozenset()
+    stop = threading.Event()
+    stop.set()
+    gens = engine.generate([ids(9, 7), ids(9, 8)], GREEDY, cancel=[stop, None])
+    assert gens[0].finish_reason == "cancelled" and gens[0].token_ids == []
+    assert gens[1].finish_reason == "length" and len(gens[1].token_ids) == 12
+    mixed = [SamplingParams(max_new_tokens=0), SamplingParams(max_new_tokens=3)]
+    gens = engine.generate([ids(9, 7), ids(9, 8)], mixed)
+    assert [len(g.token_ids) for g in gens] == [0, 3]
+    with pytest.raises(ValueError, match="2 SamplingParams for 1 prompts"):
+        engine.generate([ids(3, 1)], mixed)
+    with pytest.raises(ValueError, match="cache_slots 1 < max_batch 2"):
+        Engine(model, tokenizer, max_batch=2, cache_slots=1)
+
+
+def test_the_batcher_decodes_waiting_sessions_together(model, tokenizer) -> None:
+    engine = Engine(model, tokenizer, max_batch=4, max_seq=256)
+    engine.stop_ids = frozenset()
+    calls = []
+    generate = engine.generate
+
+    def recording(prompts, params, **kw):
+        calls.append(len(prompts))
+        return generate(prompts, params, **kw)
+
+    engine.generate = recording
+    batcher = Batcher(engine)
+    started = threading.Event()
+    busy = batcher.submit(ids(5, 1), SamplingParams(max_new_tokens=150),
+                          on_token=lambda *_: started.set())  # fmt: skip
+    assert started.wait(30)
+    prompts = [SYSTEM + ids(4, 30 + i) for i in range(3)]
+    settings = [SamplingParams(max_new_tokens=4 + i) for i in range(3)]
+    waiting = [batcher.submit(p, s) for p, s in zip(prompts, settings, strict=True)]
+    gone = threading.Event()
+    gone.set()
+    dropped = batcher.submit(ids(4, 9), GREEDY, cancel=gone)
+    results = [f.result(timeout=60) for f in waiting]
+    assert busy.result(timeout=60).finish_reason == "length"
+    assert dropped.result(timeout=60) is None  # cancelled while queued: never run
+    assert calls == [1, 3]  # the three waiting sessions shared one engine call
+    for gen, p, s in zip(results, prompts, settings, strict=True):
+        same(gen, fresh(model, tokenizer, p, s))
+    batcher.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        batcher.submit([1], GREEDY)
