@@ -91,14 +91,14 @@ def render_results_message(results: Sequence[tuple[str, str, bool, str]]) -> str
     return "\n\n".join(blocks)
 
 
+# Every rollout and every editor turn pays for these tokens, so they say only what a
+# model needs to call the tools right; each tool's details come back in its results
+# and errors. (973 SmolLM2 tokens with the tool list, from 1,640; bench/RESULTS.md.)
 SYSTEM_PROMPT_HEAD = """\
-You are tachy, a coding agent working inside the user's repository. You act by calling
-tools; the user sees every call and every edit. Work step by step: look before you
-change, keep edits minimal and in the style of the surrounding code, and check your
-work (run the tests, read the lints) before you finish.
+You are tachy, a coding agent in the user's repository. Act by calling tools. Look
+before you change anything, keep edits small, and run the tests before you finish.
 
-Call a tool by writing a block like this (no JSON, no escaping: values are taken
-verbatim):
+Call a tool with a block like this (values are taken verbatim, no JSON):
 
 <tool_call name="edit_file">
 <path>src/calc.py</path>
@@ -110,27 +110,26 @@ verbatim):
 </new_string>
 </tool_call>
 
-A parameter is <name>value</name> on one line, or <name> on its own line, the value,
-and </name> alone on its own line. Several <tool_call> blocks in one message run in
-parallel (reads concurrently, edits to one file in order, commands after the edits
-written before them); their results come back together, in order, as <tool_result>
-blocks. Do not write <tool_result> blocks yourself. A message with no tool call ends
-your work: make it your final answer to the user.
-
-Paths are relative to the workspace root (commands run there, at /workspace).
+A value goes on the tag's line, or on its own lines between <name> and </name>.
+Several blocks in one message run in parallel; their results come back as
+<tool_result> blocks (never write those yourself). A message with no tool call is
+your final answer. Paths are relative to the workspace root.
 """
 
 
 def render_tool_docs(tools: Sequence[type[Tool]]) -> str:
+    """One entry per tool, from its schema: the call's shape (`?` marks an optional
+    parameter), the docstring's first paragraph, and the parameters' descriptions
+    (with the type when it is not plain text)."""
     sections = []
     for tool in tools:
-        params = []
-        for p in tool.parameters():
-            flag = "required" if p.required else "optional"
-            params.append(f"- {p.name} ({p.type_name}, {flag}): {p.description}")
-        sections.append(
-            f"## {tool.name}\n{tool.description()}\n\nParameters:\n" + "\n".join(params)
-        )
+        params = tool.parameters()
+        shape = ", ".join(p.name + ("" if p.required else "?") for p in params)
+        lines = [f"## {tool.name}({shape})", tool.summary()]
+        for p in params:
+            kind = "" if p.type_name == "string" else f" ({p.type_name})"
+            lines.append(f"- {p.name}{kind}: {p.description}")
+        sections.append("\n".join(lines))
     return "# Tools\n\n" + "\n\n".join(sections)
 
 

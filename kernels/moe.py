@@ -81,14 +81,22 @@ def _dq(q: Tensor, s: Tensor, dim: int = -1) -> Tensor:
 _DEQUANTIZED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
-def dequantized_weights(q: Tensor, s: Tensor, dim: int = -1) -> Tensor:
-    """The fp32 values of MX expert weights, cached by q's identity (checked against
-    the versions of q and s, so an in-place change is never served stale)."""
-    stamp = (q._version, s.data_ptr(), s._version, dim)
+def dequantized_weights(
+    q: Tensor, s: Tensor, dim: int = -1, dtype: torch.dtype = torch.float32
+) -> Tensor:
+    """The values of MX expert weights in `dtype`, cached by q's identity (checked
+    against the versions of q and s, so an in-place change is never served stale).
+
+    bfloat16 holds every MXFP8 value exactly (an e4m3 value, 3 mantissa bits, times a
+    power of two within fp32's exponent range fits bf16's 7 bits and 8-bit exponent),
+    so the sampler caches its weights as bf16: the same numbers as fp32 in half the
+    memory (1.25 GB instead of 2.5 for tachy's model) and half the bytes read per
+    token; its matmuls still run in fp32 on the slices it uses."""
+    stamp = (q._version, s.data_ptr(), s._version, dim, dtype)
     hit = _DEQUANTIZED.get(q)
     if hit is not None and hit[0] == stamp:
         return hit[1]
-    w = _dq(q, s, dim)
+    w = _dq(q, s, dim).to(dtype)
     _DEQUANTIZED[q] = (stamp, w)
     return w
 
@@ -227,13 +235,14 @@ def torch_experts(
 
 def _values(w: MxWeight) -> Tensor:
     """The values of expert weights: full precision as they are; pre-quantized ones
-    dequantized once per weight tensor (the cache above), or inline inside a compiled
-    graph, which cannot consult the cache (a Python dict) and is never stale."""
+    dequantized once per weight tensor (the cache above, in bf16: exact), or inline
+    inside a compiled graph, which cannot consult the cache (a Python dict) and is
+    never stale. torch_experts takes each slice it multiplies to fp32."""
     if not isinstance(w, tuple):
         return w
     if torch.compiler.is_compiling():
         return mx_torch.dequantize(*w)
-    return dequantized_weights(*w)
+    return dequantized_weights(*w, dtype=torch.bfloat16)
 
 
 # ------------------------------------------------------------------- dispatch (the one place)

@@ -100,6 +100,11 @@ class Tool:
         return inspect.cleandoc(cls.__doc__ or "")
 
     @classmethod
+    def summary(cls) -> str:
+        """The docstring's first paragraph, on one line: what the system prompt shows."""
+        return " ".join(cls.description().split("\n\n", 1)[0].split())
+
+    @classmethod
     def parameters(cls) -> list[Parameter]:
         """The parameters, in declaration order (computed once per tool class)."""
         return _parameters(cls.Args)

@@ -87,7 +87,10 @@ class EditFile(Tool):
 
     class Args(msgspec.Struct, forbid_unknown_fields=True):
         path: Annotated[str, Meta(description="file to edit, relative to the workspace root")]
-        old_string: Annotated[str, Meta(description="the exact text to replace")]
+        old_string: Annotated[
+            str,
+            Meta(description="the exact text to replace; it must occur once unless replace_all"),
+        ]
         new_string: Annotated[str, Meta(description="the text to put in its place")]
         replace_all: Annotated[
             bool, Meta(description="replace every occurrence instead of exactly one")

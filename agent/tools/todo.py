@@ -32,7 +32,13 @@ class TodoWrite(Tool):
     name = "todo_write"
 
     class Args(msgspec.Struct, forbid_unknown_fields=True):
-        todos: Annotated[list[Todo], Meta(description="the whole list, one item per line")]
+        todos: Annotated[
+            list[Todo],
+            Meta(
+                description="the whole list, one item per line: `- [ ] step`, `- [~] step` "
+                "(in progress) or `- [x] step` (done)"
+            ),
+        ]
 
     def access(self, args: Args) -> tuple[Access, Access]:
         return frozenset(), frozenset()

@@ -737,7 +737,9 @@ def test_project_rules_go_into_the_system_prompt(repo):
     assert prompt.index("AGENTS.md") < prompt.index("Use four spaces.")
     # The tool documentation is there too, generated from the schemas.
     for tool in ALL_TOOLS:
-        assert f"## {tool.name}\n" in prompt
+        assert f"## {tool.name}(" in prompt
+        for param in tool.parameters():
+            assert f"- {param.name}" in prompt
 
 
 def test_clinerules_folder_and_no_rules(tmp_path, repo):

@@ -251,6 +251,22 @@ def test_dequantized_weights_are_reused_but_never_stale(torch_path: None) -> Non
     )
 
 
+def test_bf16_holds_every_mxfp8_value_exactly(torch_path: None) -> None:
+    """The sampler's weight cache is bf16 because it loses nothing: every e4m3 code
+    times every scale the weights of real models use (and far beyond) is exact."""
+    codes = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    codes = codes[codes.isfinite()]  # 254 values: the two NaN codes dropped
+    for exponent in range(-100, 101):
+        values = codes * 2.0**exponent
+        assert torch.equal(values.bfloat16().float(), values), exponent
+    torch.manual_seed(13)
+    w = torch.randn(2, 64, 64) * torch.logspace(-6, 3, 64)  # a spread of block scales
+    q, s = reference.mx_quantize(w, -1)
+    cached = moe.dequantized_weights(q, s, dtype=torch.bfloat16)
+    assert cached.dtype == torch.bfloat16
+    assert torch.equal(cached.float(), reference.mx_dequantize(q, s, -1))
+
+
 @pytest.mark.parametrize("strategy", ["pairs", "dense", "loop", None])
 @pytest.mark.parametrize("T", [3, 10, 40])
 def test_torch_experts_match_reference(T, strategy, torch_path):
