@@ -185,26 +185,32 @@ def agent_run(args: argparse.Namespace) -> dict[str, Any]:
             per_turn.append(round(t - previous, 2))
         if e["event"] in ("run_start", "tool_result"):
             previous = t
-    results = [e for e in events if e["event"] == "tool_result"]
-    malformed = [r for r in results if r["is_error"] and r["content"].startswith(MALFORMED)]
-    calls = len(results)
     final = next((e for e in reversed(events) if e["event"] == "final"), {})
-    return {
+    return count_calls(events) | {
         "returncode": proc.returncode,
         "wall_s": round(wall, 2),
         "startup_s": round(starts[0], 2) if starts else None,  # process start + model load
         "turns": len(ends),
         "seconds_per_turn": per_turn,
         "seconds_per_turn_median": statistics.median(per_turn) if per_turn else None,
+        "stop_reason": final.get("stop_reason"),
+        "first_answer": next((e["text"][:300] for e in events if e["event"] == "assistant"), None),
+        "stderr_tail": "".join(stderr)[-500:] if proc.returncode not in (0, 3) else "",
+    }
+
+
+def count_calls(events: list[dict]) -> dict[str, Any]:
+    """Tool calls in a transcript, and how many the executor refused as malformed."""
+    results = [e for e in events if e["event"] == "tool_result"]
+    malformed = [r for r in results if r["is_error"] and r["content"].startswith(MALFORMED)]
+    calls = len(results)
+    return {
         "tool_calls": calls,
         "malformed_calls": len(malformed),
         "well_formed_share": round((calls - len(malformed)) / calls, 3) if calls else None,
         "turns_with_a_call": sum(
             1 for e in events if e["event"] == "assistant" and "<tool_call" in e["text"]
         ),
-        "stop_reason": final.get("stop_reason"),
-        "first_answer": next((e["text"][:300] for e in events if e["event"] == "assistant"), None),
-        "stderr_tail": "".join(stderr)[-500:] if proc.returncode not in (0, 3) else "",
     }
 
 

@@ -147,6 +147,11 @@ STRATEGIES = ("pairs", "dense", "loop")
 # copying the chosen experts' weights out: SmolLM2's MLP upcycled (1.8M) decodes one
 # sequence ~2x faster by the loop, the tiny preset's experts (16K) ~2x slower.
 LOOP_EXPERT_SIZE = 1 << 18
+# Inside a compiled graph, large experts take "pairs" up to this many (token, expert)
+# pairs (a decode batch of 32 at top-2): gathering the chosen experts, dequantized
+# inline from MXFP8, reads a fraction of what "dense" reads and computes k/E of it
+# (bench.generate smollm2, the mxfp8-compile side at batch 8).
+COMPILED_PAIRS = 64
 
 
 def expert_strategy(T: int, k: int, E: int, expert_size: int = 0) -> str:
@@ -156,11 +161,13 @@ def expert_strategy(T: int, k: int, E: int, expert_size: int = 0) -> str:
     Eagerly, large experts always "loop": one pass per chosen expert over its tokens
     reads each chosen expert's weights once, in place. Otherwise, and always inside a
     compiled graph (where the loop's host read would break the graph): "pairs" (gather
-    the few chosen weights; decoding one sequence), "dense" (every expert on every token,
-    weighted by the routing; a decode batch), else "loop"."""
-    if not torch.compiler.is_compiling() and expert_size >= LOOP_EXPERT_SIZE:
+    the few chosen weights; decoding one sequence, or a decode batch of large experts),
+    "dense" (every expert on every token, weighted by the routing; a decode batch of
+    small experts), else "loop"."""
+    large = expert_size >= LOOP_EXPERT_SIZE
+    if not torch.compiler.is_compiling() and large:
         return "loop"
-    if T * k <= E:
+    if T * k <= E or (large and T * k <= COMPILED_PAIRS):
         return "pairs"
     return "dense" if T <= DENSE_EXPERT_TOKENS else "loop"
 

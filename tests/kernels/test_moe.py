@@ -289,3 +289,19 @@ def test_torch_experts_match_reference(T, strategy, torch_path):
     )  # fmt: skip
     want = reference.moe_ffn(x, w, e, gu, d, quantize=True)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_expert_strategy_choices(monkeypatch) -> None:
+    """Eagerly large experts loop; compiled, a decode batch of large experts gathers
+    its pairs rather than running every expert; small experts as before."""
+    large, small = moe.LOOP_EXPERT_SIZE, 1 << 14
+    assert moe.expert_strategy(1, 2, 8, large) == "loop"
+    assert moe.expert_strategy(8, 2, 8, large) == "loop"
+    assert moe.expert_strategy(1, 2, 8, small) == "pairs"
+    assert moe.expert_strategy(8, 2, 8, small) == "dense"
+    assert moe.expert_strategy(100, 2, 8, small) == "loop"
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert moe.expert_strategy(1, 2, 8, large) == "pairs"
+    assert moe.expert_strategy(8, 2, 8, large) == "pairs"
+    assert moe.expert_strategy(33, 2, 8, large) == "loop"
+    assert moe.expert_strategy(8, 2, 8, small) == "dense"

@@ -146,3 +146,28 @@ def test_agent_policy_does_not_import_torch():
         "import sys, agent.policy; assert 'torch' not in sys.modules and 'model' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
+
+
+async def test_a_conversation_longer_than_the_context_is_a_clear_error(checkpoint):
+    policy = LocalPolicy(checkpoint, max_seq=64)
+    try:
+        long = [Message("user", "def add(a, b): return a + b\n" * 40)]
+        with pytest.raises(PolicyError, match=r"the conversation is \d+ tokens; the local "
+                           r"model holds at most 63 prompt tokens"):  # fmt: skip
+            await collect(policy, long)
+        assert await collect(policy)  # and the policy still works
+    finally:
+        await policy.aclose()
+
+
+async def test_concurrent_runs_on_one_policy_decode_together(checkpoint):
+    """Two runs streaming from one local policy at once (through model.batcher, whose
+    batching tests/model/test_prefix_cache.py pins down) each get what they get alone."""
+    policy = LocalPolicy(checkpoint, max_batch=2, max_new_tokens=40)
+    other = [Message("system", "You are terse."), Message("user", "multiply two numbers")]
+    try:
+        alone = ["".join(await collect(policy, m)) for m in (MESSAGES, other)]
+        together = await asyncio.gather(collect(policy, MESSAGES), collect(policy, other))
+        assert ["".join(c) for c in together] == alone
+    finally:
+        await policy.aclose()
