@@ -186,17 +186,22 @@ def agent_run(args: argparse.Namespace) -> dict[str, Any]:
         if e["event"] in ("run_start", "tool_result"):
             previous = t
     final = next((e for e in reversed(events) if e["event"] == "final"), {})
-    return count_calls(events) | {
-        "returncode": proc.returncode,
-        "wall_s": round(wall, 2),
-        "startup_s": round(starts[0], 2) if starts else None,  # process start + model load
-        "turns": len(ends),
-        "seconds_per_turn": per_turn,
-        "seconds_per_turn_median": statistics.median(per_turn) if per_turn else None,
-        "stop_reason": final.get("stop_reason"),
-        "first_answer": next((e["text"][:300] for e in events if e["event"] == "assistant"), None),
-        "stderr_tail": "".join(stderr)[-500:] if proc.returncode not in (0, 3) else "",
-    }
+    return (
+        count_calls(events)
+        | {
+            "returncode": proc.returncode,
+            "wall_s": round(wall, 2),
+            "startup_s": round(starts[0], 2) if starts else None,  # process start + model load
+            "turns": len(ends),
+            "seconds_per_turn": per_turn,
+            "seconds_per_turn_median": statistics.median(per_turn) if per_turn else None,
+            "stop_reason": final.get("stop_reason"),
+            "first_answer": next(
+                (e["text"][:300] for e in events if e["event"] == "assistant"), None
+            ),
+            "stderr_tail": "".join(stderr)[-500:] if proc.returncode not in (0, 3) else "",
+        }
+    )
 
 
 def count_calls(events: list[dict]) -> dict[str, Any]:

@@ -33,6 +33,7 @@ kernels.grouped_gemm were missing) its segment loop reads the offsets on the hos
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import torch
@@ -172,6 +173,24 @@ def expert_strategy(T: int, k: int, E: int, expert_size: int = 0) -> str:
     return "dense" if T <= DENSE_EXPERT_TOKENS else "loop"
 
 
+_WORKSPACE = threading.local()
+
+
+def _fp32(w: Tensor) -> Tensor:
+    """One expert's weights in fp32, converted from the bf16 cache into a buffer reused
+    call after call (per thread and shape): a fresh tensor per expert and token would
+    cost page faults on megabytes of new memory each time, which dominated decoding in
+    a worker thread, where glibc serves such sizes with new mappings."""
+    if w.dtype == torch.float32:
+        return w
+    buffers = _WORKSPACE.__dict__.setdefault("buffers", {})
+    key = (tuple(w.shape), w.device)
+    buf = buffers.get(key)
+    if buf is None:
+        buf = buffers[key] = torch.empty(w.shape, dtype=torch.float32, device=w.device)
+    return buf.copy_(w)
+
+
 def _pair_matvec(w: Tensor, ids: Tensor, v: Tensor) -> Tensor:
     """w [E, N, K], ids [P], v [P, K] -> [P, N]: w[ids[p]] @ v[p] for each pair p.
     Eagerly a batched matmul over the gathered weights; inside a compiled graph a
@@ -234,8 +253,8 @@ def torch_experts(
     for e in torch.unique(ids).tolist():
         sel = (ids == e).nonzero().squeeze(1)
         t = tok[sel]
-        g, u = (x[t] @ w_gate_up[e].float().T).chunk(2, dim=-1)  # [n, F] each
-        out = mx(F.silu(g) * u) @ w_down[e].float().T  # [n, D]
+        g, u = (x[t] @ _fp32(w_gate_up[e]).T).chunk(2, dim=-1)  # [n, F] each
+        out = mx(F.silu(g) * u) @ _fp32(w_down[e]).T  # [n, D]
         y = y.index_add(0, t, out * w[sel, None].float())
     return y
 

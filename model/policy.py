@@ -93,14 +93,6 @@ class LocalPolicy:
         path = Path(checkpoint_dir).expanduser()
         if not path.is_dir():
             raise PolicyError(f"local policy: checkpoint directory {path} does not exist")
-        try:
-            model, tok = open_model(path, tokenizer=tokenizer, device=device)
-        except CheckpointError as exc:
-            raise PolicyError(f"local policy: cannot load {path}: {exc}") from None
-        try:
-            self.engine = Engine(model, tok, max_batch=max_batch, max_seq=max_seq, compile=compile)
-        except ValueError as exc:
-            raise PolicyError(f"local policy: {exc}") from None
         self.params = SamplingParams(
             max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k,
             seed=seed,
@@ -109,8 +101,19 @@ class LocalPolicy:
             self.params.check()
         except ValueError as exc:
             raise PolicyError(f"local policy: {exc}") from None
+
+        def make_engine() -> Engine:  # on the batcher's thread, where it will decode
+            model, tok = open_model(path, tokenizer=tokenizer, device=device)
+            return Engine(model, tok, max_batch=max_batch, max_seq=max_seq, compile=compile)
+
+        self.batcher = Batcher(make_engine)  # several runs on one policy decode together
+        try:
+            self.engine = self.batcher.ready()
+        except CheckpointError as exc:
+            raise PolicyError(f"local policy: cannot load {path}: {exc}") from None
+        except ValueError as exc:
+            raise PolicyError(f"local policy: {exc}") from None
         self.last_generation: Generation | None = None
-        self.batcher = Batcher(self.engine)  # several runs on one policy decode together
         self._workers: set[Future] = set()
 
     async def stream(self, messages: list[Message], stop: list[str]) -> AsyncIterator[str]:

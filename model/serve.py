@@ -208,13 +208,15 @@ class ModelServer:
         *,
         max_seq: int,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        batcher: Any = None,
     ) -> None:
         self.engine, self.model_name, self.max_seq = engine, model_name, max_seq
         self.default_max_tokens = default_max_tokens
         self.created = int(time.time())
         from model.batcher import Batcher
 
-        self.batcher = Batcher(engine)  # concurrent requests decode together
+        # concurrent requests decode together, on the thread that loaded the engine
+        self.batcher = batcher or Batcher(engine)
         self.server: asyncio.AbstractServer | None = None
         self._sent: weakref.WeakSet = weakref.WeakSet()  # writers whose response began
 
@@ -520,14 +522,20 @@ def build_server(
     name: str | None = None,
     compile: bool = False,
 ) -> ModelServer:
+    from model.batcher import Batcher
     from model.checkpoint import open_model
     from model.generate import Engine
 
     checkpoint = Path(checkpoint)
-    m, tok = open_model(checkpoint, tokenizer=tokenizer)
-    max_seq = min(max_seq, m.config.max_position_embeddings)
-    engine = Engine(m, tok, max_batch=max_batch, max_seq=max_seq, compile=compile)
-    return ModelServer(engine, name or checkpoint.resolve().name, max_seq=engine.max_seq)
+
+    def make_engine() -> Engine:  # on the batcher's thread, where it will decode
+        m, tok = open_model(checkpoint, tokenizer=tokenizer)
+        return Engine(m, tok, max_batch=max_batch, max_seq=max_seq, compile=compile)
+
+    batcher = Batcher(make_engine)
+    engine = batcher.ready()
+    name = name or checkpoint.resolve().name
+    return ModelServer(engine, name, max_seq=engine.max_seq, batcher=batcher)
 
 
 async def serve(server: ModelServer, host: str, port: int, ready=None) -> None:

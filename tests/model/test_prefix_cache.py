@@ -192,3 +192,28 @@ def test_the_batcher_decodes_waiting_sessions_together(model, tokenizer) -> None
     batcher.close()
     with pytest.raises(RuntimeError, match="closed"):
         batcher.submit([1], GREEDY)
+
+
+def test_the_batcher_makes_its_engine_and_runs_calls_on_its_thread(model, tokenizer) -> None:
+    threads = []
+
+    def make() -> Engine:
+        threads.append(threading.current_thread())
+        return Engine(model, tokenizer, max_batch=2, max_seq=256)
+
+    batcher = Batcher(make)
+    engine = batcher.ready()
+    assert threads[0] is not threading.current_thread()
+    assert batcher.call(threading.current_thread).result(timeout=30) is threads[0]
+    assert batcher.submit(ids(4, 1), GREEDY).result(timeout=60).finish_reason in ("length", "stop")
+    assert batcher.call(lambda: engine.weights_version).result(timeout=30) == 0
+    batcher.close()
+
+    def broken() -> Engine:
+        raise ValueError("no such model")
+
+    failed = Batcher(broken)
+    with pytest.raises(ValueError, match="no such model"):
+        failed.ready()
+    with pytest.raises(RuntimeError, match="closed"):
+        failed.submit([1], GREEDY)

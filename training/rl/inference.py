@@ -51,15 +51,19 @@ class InferenceService:
     ) -> None:
         if threads:
             torch.set_num_threads(threads)
-        model, tokenizer = open_model(checkpoint_dir)
-        self.engine = Engine(
-            model, tokenizer, max_batch=max_batch, max_seq=max_seq, compile=compile
-        )
+
+        def make_engine() -> Engine:  # on the batcher's thread, where it will decode
+            if threads:
+                torch.set_num_threads(threads)
+            model, tokenizer = open_model(checkpoint_dir)
+            return Engine(model, tokenizer, max_batch=max_batch, max_seq=max_seq, compile=compile)
+
+        self.batcher = Batcher(make_engine)
+        self.engine = self.batcher.ready()
         self.temperature = temperature
         self.seed = seed
         self.version = 0
         self.requests = 0
-        self.batcher = Batcher(self.engine)
         self.tokens = 0
         self.sync_s = 0.0
 
@@ -94,7 +98,10 @@ class InferenceService:
         Returns the seconds it took, waiting for a running call included."""
         started = time.perf_counter()
 
-        await asyncio.to_thread(self.engine.load_weights, weights, version)
+        # on the engine's thread, between its calls
+        await asyncio.wrap_future(
+            self.batcher.call(lambda: self.engine.load_weights(weights, version))
+        )
         self.version = version
         seconds = time.perf_counter() - started
         self.sync_s += seconds
