@@ -184,7 +184,8 @@ def _fp32(w: Tensor) -> Tensor:
     if w.dtype == torch.float32:
         return w
     buffers = _WORKSPACE.__dict__.setdefault("buffers", {})
-    key = (tuple(w.shape), w.device)
+    # a buffer made under inference_mode cannot be written outside it: one of each
+    key = (tuple(w.shape), w.device, torch.is_inference_mode_enabled())
     buf = buffers.get(key)
     if buf is None:
         buf = buffers[key] = torch.empty(w.shape, dtype=torch.float32, device=w.device)

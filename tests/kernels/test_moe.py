@@ -305,3 +305,18 @@ def test_expert_strategy_choices(monkeypatch) -> None:
     assert moe.expert_strategy(8, 2, 8, large) == "pairs"
     assert moe.expert_strategy(33, 2, 8, large) == "loop"
     assert moe.expert_strategy(8, 2, 8, small) == "dense"
+
+
+def test_the_fp32_workspace_serves_inference_mode_and_plain_calls(torch_path) -> None:
+    """The loop converts bf16 expert weights into reused buffers; one made under
+    inference_mode must not be written by a later plain call (torch forbids it)."""
+    from kernels.moe import torch_experts
+
+    torch.manual_seed(3)
+    w_gu, w_d = torch.randn(2, 64, 32).bfloat16(), torch.randn(2, 32, 32).bfloat16()
+    x, w, e = torch.randn(3, 32), torch.full((3, 1), 1.0), torch.tensor([[0], [1], [0]])
+    with torch.inference_mode():
+        a = torch_experts(x, w, e, w_gu, w_d, mx_activations=False, strategy="loop")
+    with torch.no_grad():
+        b = torch_experts(x, w, e, w_gu, w_d, mx_activations=False, strategy="loop")
+    assert torch.equal(a, b)
