@@ -371,9 +371,12 @@ class Engine:
                 to = next(j for j in range(n) if j not in claimed)
                 claimed.add(to)
                 plan[i] = (to, 0)
-        for src, dst, c in copies:
-            self.cache.copy_rows([src], [dst], c)
-            self.held[dst] = self.held[src][:c]
+        if copies:  # all read before any is written: a copy's source may be another's target
+            srcs, dsts, lengths = zip(*copies, strict=True)
+            self.cache.copy_rows(list(srcs), list(dsts), max(lengths))
+            held = [self.held[src][:c] for src, _, c in copies]
+            for dst, tokens in zip(dsts, held, strict=True):
+                self.held[dst] = tokens
         for row, c in plan:
             self.held[row] = self.held[row][:c]
         # the planned rows to the front, in prompt order; the rest keep their order

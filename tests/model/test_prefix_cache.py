@@ -217,3 +217,22 @@ def test_the_batcher_makes_its_engine_and_runs_calls_on_its_thread(model, tokeni
         failed.ready()
     with pytest.raises(RuntimeError, match="closed"):
         failed.submit([1], GREEDY)
+
+
+def test_a_row_copied_into_is_also_copied_from(model, tokenizer) -> None:
+    """One call where a prompt's prefix is copied into the oldest row while another
+    prompt of the same call copies that row's old content out: every copy must read
+    the rows as they were."""
+    engine = Engine(model, tokenizer, max_batch=2, max_seq=256, cache_slots=3)
+    engine.stop_ids = frozenset()
+    a, b = ids(40, 50), ids(40, 51)
+    engine.generate([b], GREEDY)  # the oldest row: b
+    engine.generate([a], GREEDY)  # then a
+    engine.generate([ids(30, 54)], GREEDY)  # the newest: something else
+    # two branches sharing 30 tokens each: a's goes into the oldest row (b's), whose
+    # content b's branch copies into the last one
+    branch_a, branch_b = a[:30] + ids(5, 52), b[:30] + ids(5, 53)
+    gens = engine.generate([branch_a, branch_b], GREEDY)
+    assert [g.cached_tokens for g in gens] == [30, 30]
+    for g, p in zip(gens, (branch_a, branch_b), strict=True):
+        same(g, fresh(model, tokenizer, p))
