@@ -108,14 +108,20 @@ class Batcher:
         """Requests queued for the next engine call."""
         return len(self._queue)
 
-    def close(self) -> None:
-        """Stop taking requests; those still waiting resolve to None."""
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Stop taking requests; those still waiting resolve to None. Waits for the
+        thread to end (a call in flight first): a process must not exit while that
+        thread is inside torch, which aborts it ("terminate called without an active
+        exception")."""
         with self._ready:
             self._closed = True
             waiting, self._queue = self._queue, []
             self._ready.notify()
         for item in waiting:
             (item.future if isinstance(item, _Request) else item[1]).set_result(None)
+        worker = self._worker
+        if worker is not None and worker is not threading.current_thread():
+            worker.join(timeout_s)
 
     def _next_batch(self) -> list[_Request] | None:
         with self._ready:

@@ -171,4 +171,4 @@ class LocalPolicy:
         pending = [asyncio.wrap_future(f) for f in list(self._workers)]
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
-        self.batcher.close()
+        await asyncio.to_thread(self.batcher.close)  # joins its thread

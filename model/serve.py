@@ -230,7 +230,7 @@ class ModelServer:
         if self.server is not None:
             self.server.close()
             await self.server.wait_closed()
-        self.batcher.close()
+        await asyncio.to_thread(self.batcher.close)  # joins its thread
 
     # ---------------------------------------------------------------- HTTP
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
