@@ -68,6 +68,20 @@ class RunResult:
     error: str | None = None
 
 
+# How the results of calls the executor refused as malformed begin (after render's
+# "Error: "): a call that did not parse, named no tool, or did not fit its tool.
+MALFORMED_CALL_PROBLEMS = (
+    "the tool call could not be parsed",
+    "there is no tool named",
+    "invalid call to",
+)
+
+
+def is_malformed_result(content: str, is_error: bool) -> bool:
+    """Whether a tool result (its rendered content) answers a malformed call."""
+    return is_error and content.removeprefix("Error: ").startswith(MALFORMED_CALL_PROBLEMS)
+
+
 def check_call(
     tools: dict[str, Tool], raw: RawCall
 ) -> tuple[Tool | None, object | None, str | None]:

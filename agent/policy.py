@@ -44,6 +44,11 @@ class PolicyError(Exception):
     """The policy cannot produce a turn; the message says why, for the user."""
 
 
+# How a policy's error begins when the conversation outgrew its model's context: the
+# run's own limit, not a failure of the model server (tachy eval scores it as failed).
+CONTEXT_FULL = "the conversation no longer fits the model's context"
+
+
 class Policy(Protocol):
     def stream(self, messages: list[Message], stop: list[str]) -> AsyncIterator[str]:
         """Yield the next assistant message in chunks."""

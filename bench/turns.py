@@ -40,16 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.executor import is_malformed_result
 from bench import common
 
 TARGET_TTFT_RATIO = 5.0
 SOURCES = ["agent/render.py", "agent/parser.py", "model/batcher.py", "agent/events.py"]
 TASK = "The test tests/test_calc.py::test_add fails: add() returns the wrong value. Fix it."
-MALFORMED = (
-    "Error: the tool call could not be parsed",
-    "Error: there is no tool named",
-    "Error: invalid call to",
-)
 
 
 def tool_result(i: int, tokenizer, budget: int) -> str:
@@ -207,7 +203,7 @@ def agent_run(args: argparse.Namespace) -> dict[str, Any]:
 def count_calls(events: list[dict]) -> dict[str, Any]:
     """Tool calls in a transcript, and how many the executor refused as malformed."""
     results = [e for e in events if e["event"] == "tool_result"]
-    malformed = [r for r in results if r["is_error"] and r["content"].startswith(MALFORMED)]
+    malformed = [r for r in results if is_malformed_result(r["content"], r["is_error"])]
     calls = len(results)
     return {
         "tool_calls": calls,

@@ -102,6 +102,25 @@ def dequantized_weights(
     return w
 
 
+# Column-wise MX copies of pre-quantized expert weights, for the backward pass of a model
+# whose experts are frozen (adapter training: the weights are the same tensors on every
+# step, so their re-blocking along the other dim is done once, not in every backward).
+_COLWISE: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def colwise_copy(ops, q: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
+    """(q, scales) of pre-quantized weights [E, M, N] re-blocked along dim 1, as the
+    backward's GEMMs read them: quantize(dequantize(q, s, -1), 1), cached by q's
+    identity and checked against the versions of q and s."""
+    stamp = (q._version, s.data_ptr(), s._version, ops.quantize)
+    hit = _COLWISE.get(q)
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+    copy = ops.quantize(ops.dequantize(q, s, -1), 1)
+    _COLWISE[q] = (stamp, copy)
+    return copy
+
+
 class TorchGemms:
     """The grouped GEMMs of kernels.grouped_gemm, in torch: dequantize, fp32 matmul."""
 
@@ -342,14 +361,15 @@ class MoEFFN(torch.autograd.Function):
         ops = _backend(dy)
         need_x, need_tw, _, need_wgu, need_wd = ctx.needs_input_grad[:5]
 
-        def weight_copy(w: Tensor | None, q: Tensor, s: Tensor) -> Tensor:
-            """The fp weights for a backward copy (dequantized when given quantized)."""
-            return w if w is not None else ops.dequantize(q, s, -1)
+        def colwise(w: Tensor | None, q: Tensor, s: Tensor) -> tuple[Tensor, Tensor]:
+            """The weights MX along dim 1: quantized from w, or re-blocked from the given
+            (frozen) MX weights once and cached."""
+            return ops.quantize(w, 1) if w is not None else colwise_copy(ops, q, s)
 
         # dh_raw = dY[token] @ W_down[e] with both MX along D.
         dy = dy.float()
         dy_q, dy_s = ops.quantize(dy, -1)  # [T, D]
-        wd_cq, wd_cs = ops.quantize(weight_copy(w_down, wd_q, wd_s), 1)  # [E, D, F] along D
+        wd_cq, wd_cs = colwise(w_down, wd_q, wd_s)  # [E, D, F] along D
         dh_raw = ops.grad_down(*_permute_mx(dy_q, dy_s, r), wd_cq, wd_cs, offsets)  # [S, F]
 
         # SwiGLU backward from the fp32 pre-activations; the router's gradient.
@@ -363,7 +383,7 @@ class MoEFFN(torch.autograd.Function):
 
         dx = dtw = dwg = dwd = None
         if need_x:
-            wgu_cq, wgu_cs = ops.quantize(weight_copy(w_gate_up, wgu_q, wgu_s), 1)  # along 2F
+            wgu_cq, wgu_cs = colwise(w_gate_up, wgu_q, wgu_s)  # along 2F
             dx_slots = ops.grad_gate_up(*ops.quantize(dgu, -1), wgu_cq, wgu_cs, offsets)
             dx = combine(dx_slots, r, T).to(ctx.dtypes[0])  # [T, D]
         if need_tw:

@@ -437,6 +437,7 @@ class Model(nn.Module):
         return_routing: bool = False,
         return_aux_loss: bool = False,
         logits_at: Tensor | None = None,
+        logits_where: Tensor | None = None,
     ) -> Tensor | ModelOutput:
         """input_ids [B, L] -> logits [B, L, V]; a ModelOutput when routing or the aux loss
         is asked for. positions [L] or [B, L] (default 0..L-1); with `cache` the new K/V are
@@ -445,7 +446,9 @@ class Model(nn.Module):
         attention costs grow with it). `replay_routing` [moe layers, B, L, k]: route
         token (b, t) of MoE layer i to replay_routing[i, b, t] (see route()). `logits_at`
         [B]: the one position of each row whose logits are wanted (prefill: the head over
-        every prompt token would cost more than a layer), logits [B, 1, V]."""
+        every prompt token would cost more than a layer), logits [B, 1, V]. `logits_where`
+        [B, L] bool: only the positions it marks, logits [N, V] in row-major order (a
+        fine-tuning loss on the assistant's tokens needs no head over the rest)."""
         B, L = input_ids.shape
         if positions is None:
             positions = torch.arange(L, device=input_ids.device)
@@ -485,7 +488,9 @@ class Model(nn.Module):
                 routers.append(r)
         if logits_at is not None:
             x = x[torch.arange(B, device=x.device), logits_at][:, None]  # [B, 1, D]
-        logits = self.lm_head(self.norm(x))  # [B, L, V] (or [B, 1, V])
+        elif logits_where is not None:
+            x = x[logits_where]  # [N, D]
+        logits = self.lm_head(self.norm(x))  # [B, L, V] (or [B, 1, V], [N, V])
         if not (return_routing or return_aux_loss):
             return logits
         out = ModelOutput(logits=logits)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -164,10 +165,18 @@ def _check_base(record: dict, path: Path, base: Path | None) -> Path:
     return base
 
 
-def _merge(state: dict[str, torch.Tensor], part: dict[str, torch.Tensor], path: Path) -> None:
-    """Apply the part's replacements and low-rank deltas to `state` in place."""
+def _merge(
+    state: dict[str, torch.Tensor],
+    part: dict[str, torch.Tensor],
+    path: Path,
+    unmerged: Callable[[str], bool] | None = None,
+) -> None:
+    """Apply the part's replacements and low-rank deltas to `state` in place (not the
+    deltas of the weights `unmerged` names)."""
     for name in sorted(part):
         if name.endswith(LORA[1]):
+            continue
+        if name.endswith(LORA[0]) and unmerged is not None and unmerged(name.removesuffix(LORA[0])):
             continue
         t = part[name]
         if name.endswith(LORA[0]):
@@ -192,10 +201,16 @@ def _merge(state: dict[str, torch.Tensor], part: dict[str, torch.Tensor], path: 
             state[name] = t.to(state[name].dtype)
 
 
-def assemble(path: str | Path, *, base: Path | None = None) -> tuple[Model, Tokenizer]:
+def assemble(
+    path: str | Path,
+    *,
+    base: Path | None = None,
+    unmerged: Callable[[str], bool] | None = None,
+) -> tuple[Model, Tokenizer]:
     """(model with MXFP8 experts quantized for sampling, tokenizer) from a part
     directory and the installed base (or `base`, a GGUF file). CheckpointError names
-    what is missing or mismatched."""
+    what is missing or mismatched. `unmerged(weight name)`: leave that weight's delta
+    out (an adapter trainer merges it itself, as this function would)."""
     path = Path(path)
     record = _read_record(path)
     weights = path / "part.safetensors"
@@ -206,5 +221,5 @@ def assemble(path: str | Path, *, base: Path | None = None) -> tuple[Model, Toke
     base = _check_base(record, path, base)
     spec = _spec(record, path)
     config, state, tokenizer = upcycled_base(spec, base)
-    _merge(state, load_file(str(weights)), path)
+    _merge(state, load_file(str(weights)), path, unmerged)
     return Model.from_state_dict(config, state, "mxfp8", quantized=True), tokenizer

@@ -23,7 +23,7 @@ from concurrent.futures import Future
 from dataclasses import replace
 from pathlib import Path
 
-from agent.policy import Message, PolicyError
+from agent.policy import CONTEXT_FULL, Message, PolicyError
 from model.batcher import Batcher
 from model.checkpoint import open_model
 from model.generate import Engine, Generation, SamplingParams
@@ -116,17 +116,40 @@ class LocalPolicy:
         self.last_generation: Generation | None = None
         self._workers: set[Future] = set()
 
+    def session(self, **sampling: object) -> LocalSession:
+        """A policy for one run on this one's engine (several runs decode together):
+        sampling options (temperature, seed, ...) override this policy's, and it
+        counts its own run's tokens. Closing it leaves this policy open."""
+        try:
+            params = replace(self.params, **sampling)
+            params.check()
+        except (TypeError, ValueError) as exc:
+            raise PolicyError(f"local policy: {exc}") from None
+        return LocalSession(self, params)
+
     async def stream(self, messages: list[Message], stop: list[str]) -> AsyncIterator[str]:
+        async for chunk in self.generate(messages, stop, self.params):
+            yield chunk
+
+    async def generate(
+        self,
+        messages: list[Message],
+        stop: list[str],
+        params: SamplingParams,
+        on_generation=None,
+    ) -> AsyncIterator[str]:
+        """stream() with `params`; `on_generation(generation, prompt_tokens)` hears of
+        each finished generation."""
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue = asyncio.Queue()
         cancel = threading.Event()
         prompt = self.engine.chat_prompt([(m.role, m.content) for m in messages])
         if len(prompt) >= self.engine.max_seq:
             raise PolicyError(
-                f"the conversation is {len(prompt)} tokens; the local model holds at most "
-                f"{self.engine.max_seq - 1} prompt tokens"
+                f"{CONTEXT_FULL}: it is {len(prompt)} tokens; the local model holds at "
+                f"most {self.engine.max_seq - 1} prompt tokens"
             )
-        params = replace(self.params, stop=[s for s in stop if s])
+        params = replace(params, stop=[s for s in stop if s])
 
         def put(item: object) -> None:
             try:
@@ -146,6 +169,8 @@ class LocalPolicy:
             gen = future.result()
             if gen is not None:
                 self.last_generation = gen
+                if on_generation is not None:
+                    on_generation(gen, len(prompt))
             put(gen or "")  # None: cancelled before it began
 
         worker = self.batcher.submit(prompt, params, on_token=on_token, cancel=cancel)
@@ -172,3 +197,25 @@ class LocalPolicy:
         if pending:
             await asyncio.gather(*pending, return_exceptions=True)
         await asyncio.to_thread(self.batcher.close)  # joins its thread
+
+
+class LocalSession:
+    """One run's policy on a shared LocalPolicy (LocalPolicy.session): its sampling
+    settings, and the run's token counts (`tokens_generated`, which
+    training.env.episode records, `prompt_tokens`, `cached_tokens`)."""
+
+    def __init__(self, policy: LocalPolicy, params: SamplingParams) -> None:
+        self.policy, self.params = policy, params
+        self.tokens_generated = self.prompt_tokens = self.cached_tokens = 0
+
+    def _count(self, gen: Generation, prompt_tokens: int) -> None:  # once per turn
+        self.tokens_generated += len(gen.token_ids)
+        self.prompt_tokens += prompt_tokens
+        self.cached_tokens += gen.cached_tokens
+
+    async def stream(self, messages: list[Message], stop: list[str]) -> AsyncIterator[str]:
+        async for chunk in self.policy.generate(messages, stop, self.params, self._count):
+            yield chunk
+
+    async def aclose(self) -> None:
+        return None  # the shared policy's owner closes it

@@ -121,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     from training import cli as train_cli  # stdlib only at import: torch loads when a command runs
 
     train_cli.add_parsers(commands)
+    from training.eval import cli as eval_cli  # stdlib only at import, like the others
+
+    eval_cli.add_parser(commands)
     return parser
 
 
@@ -535,6 +538,10 @@ def main(argv: list[str] | None = None) -> int:
         from training import cli as train_cli
 
         return train_cli.run(args)
+    if args.command == "eval":
+        from training.eval import cli as eval_cli
+
+        return eval_cli.run(args)
     raise AssertionError(args.command)
 
 

@@ -76,8 +76,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         description=(
             "Fine-tune CHECKPOINT_DIR on demonstrations (`tachy tasks demos` JSONL) in the chat "
             "format the engine samples with; the loss is on the assistant turns only. "
-            "Conversations longer than --max-len are cut to their first --max-len tokens; "
-            "one with no assistant token within them is skipped."
+            "Conversations longer than --max-len tokens are cut after the last whole "
+            "assistant turn that fits (never inside a turn or a tool call); one whose first "
+            "assistant turn does not fit is skipped. With a part of tachy's model as --init "
+            "(model/weights/tachy-smollm2, or one this command wrote), the model stays frozen "
+            "and rank --lora-rank adapters train, written as a part to --out."
         ),
     )
     sft.add_argument(
@@ -95,6 +98,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         help="tokens per conversation (4096); a model with a shorter context is extended to L",
     )
     sft.add_argument("--heldout", type=float, default=0.1, metavar="F", help="held-out demos (0.1)")
+    sft.add_argument(
+        "--lora-rank",
+        type=int,
+        default=16,
+        metavar="R",
+        help="with a part as --init (tachy's model): rank of the attention adapters (16)",
+    )
     _common_options(sft, steps=100, batch=4, lr=5e-4)
 
     rl = sub.add_parser(
@@ -399,7 +409,9 @@ def _pretrain_setup(args: argparse.Namespace, config, meta: dict):
 def _sft_setup(args: argparse.Namespace, config, meta: dict):
     from model.checkpoint import load, sha256_file
     from model.model import Model
+    from model.part import is_part
     from model.tokenizer import Tokenizer
+    from training.sft.adapters import AdaptedModel
     from training.sft.data import DataError, read_demos, sft_examples, split_demos
     from training.sft.trainer import Trainer
 
@@ -409,7 +421,29 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
     if args.resume:
         if sha256_file(demos_path) != meta.get("demos_sha256"):
             raise DataError(f"{demos_path} is not the demonstrations file the run in {out} used")
-        tokenizer, model = Tokenizer.from_file(out), load(out)
+        if meta.get("lora_rank"):
+            model, tokenizer = AdaptedModel.from_part(
+                meta["init"], rank=meta["lora_rank"], seed=config.seed
+            )
+            model.load_adapters(out)
+        else:
+            tokenizer, model = Tokenizer.from_file(out), load(out)
+    elif is_part(args.init):
+        # tachy's model: the base stays frozen (MXFP8 experts as sampled), adapters train
+        if args.lora_rank < 1:
+            raise DataError(f"--lora-rank must be at least 1, got {args.lora_rank}")
+        init = Path(args.init)
+        model, tokenizer = AdaptedModel.from_part(init, rank=args.lora_rank, seed=config.seed)
+        meta.update(
+            init=str(init.resolve()), lora_rank=args.lora_rank,
+            demos_sha256=sha256_file(demos_path), max_len=args.max_len, heldout=args.heldout,
+        )  # fmt: skip
+        print(
+            f"tachy: adapters of rank {args.lora_rank} on {init} (the base frozen, MXFP8 "
+            f"experts); {sum(p.numel() for p in model.parameters() if p.requires_grad):,} "
+            "trainable parameters",
+            file=sys.stderr,
+        )
     else:
         init = Path(args.init)
         tokenizer, model = Tokenizer.from_file(init), load(init)

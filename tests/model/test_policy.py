@@ -152,8 +152,8 @@ async def test_a_conversation_longer_than_the_context_is_a_clear_error(checkpoin
     policy = LocalPolicy(checkpoint, max_seq=64)
     try:
         long = [Message("user", "def add(a, b): return a + b\n" * 40)]
-        with pytest.raises(PolicyError, match=r"the conversation is \d+ tokens; the local "
-                           r"model holds at most 63 prompt tokens"):  # fmt: skip
+        with pytest.raises(PolicyError, match=r"no longer fits the model's context: it is \d+ "
+                           r"tokens; the local model holds at most 63 prompt tokens"):  # fmt: skip
             await collect(policy, long)
         assert await collect(policy)  # and the policy still works
     finally:

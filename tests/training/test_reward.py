@@ -62,3 +62,37 @@ def test_run_shape_counts_turns_calls_and_parallelism():
     assert shape.turns == 3 and shape.tool_calls == 4 and shape.tool_errors == 1
     assert shape.turns_with_calls == 2 and shape.parallel_calls_per_turn == 2.0
     assert shape.max_parallel_calls == 3 and shape.assistant_chars == 9 and shape.tokens == 42
+
+
+async def test_run_shape_of_a_real_run_counts_malformed_calls_and_reads_before_the_edit(
+    tmp_path,
+):
+    """Through the executor: its own refusals are the malformed calls, and the looking
+    (read/search) calls before the first edit are counted, the ones after it are not."""
+    from agent.executor import Executor
+    from agent.policy import ReplayPolicy
+    from tests.conftest import make_context, make_repo
+
+    ctx = make_context(make_repo(tmp_path / "repo"))
+    turns = [
+        '<tool_call name="read_file">\n<path>src/calc.py</path>\n</tool_call>\n'
+        '<tool_call name="grep">\n<pattern>def add</pattern>\n</tool_call>\n'
+        '<tool_call name="codebase_search">\n<query>addition</query>\n</tool_call>',
+        '<tool_call name="no_such_tool">\n<x>1</x>\n</tool_call>\n'
+        '<tool_call name="read_file">\n<nope>src/calc.py</nope>\n</tool_call>\n'
+        '<tool_call name="edit_file">\n<oops',
+        '<tool_call name="edit_file">\n<path>src/calc.py</path>\n<old_string>\n'
+        "def add(a, b):\n    return a - b\n</old_string>\n<new_string>\n"
+        "def add(a, b):\n    return a + b\n</new_string>\n</tool_call>\n"
+        '<tool_call name="read_file">\n<path>src/calc.py</path>\n</tool_call>',
+        "Done.",
+    ]
+    executor = Executor(ctx, ReplayPolicy(turns), max_turns=5)
+    await executor.run("fix add")
+    shape = run_shape(executor.events)
+    assert shape.turns == 4 and shape.turns_with_calls == 3
+    assert shape.malformed_calls == 3, [
+        e.content[:60] for e in executor.events if isinstance(e, ev.ToolResult)
+    ]
+    assert shape.tool_calls == 8 and shape.well_formed_calls == 5
+    assert shape.edits == 1 and shape.reads_before_edit == 3 and shape.codebase_searches == 1

@@ -159,6 +159,39 @@ def test_synthetic_build(tmp_path):
     assert run.returncode == 0, run.stderr
 
 
+def test_sets_from_the_two_template_parts_share_no_code_and_split_records_it(tmp_path):
+    """--templates train / heldout: repositories written from disjoint parts of the
+    template bank; `tachy tasks split` records the split and refuses a shared project."""
+    from training.tasks.synthetic import _BY_KEY, TEMPLATE_BANKS
+
+    for part in ("train", "heldout"):  # each part closed under its dependencies
+        assert all(d in TEMPLATE_BANKS[part] for k in TEMPLATE_BANKS[part] for d in _BY_KEY[k].deps)
+    assert not TEMPLATE_BANKS["train"] & TEMPLATE_BANKS["heldout"]
+    sets = {}
+    for part, seed in (("train", 3), ("heldout", 3)):  # the same seed: only the part differs
+        sets[part] = tmp_path / part
+        run = tachy(
+            "tasks", "build", "--synthetic", "1", "--seed", str(seed), "--templates", part,
+            "--max-tasks", "1", "--out", str(sets[part]), "--quiet",
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        (task,) = load_tasks(sets[part])
+        assert task.metadata.project == f"synthetic-{part}-{seed}"
+        assert task.metadata.source == f"synthetic:seed={seed},templates={part}"
+    record_file = tmp_path / "split.json"
+    run = tachy("tasks", "split", str(sets["train"]), str(sets["heldout"]), "--out", str(record_file))
+    assert run.returncode == 0, run.stderr
+    record = json.loads(record_file.read_text())
+    assert record == json.loads(run.stdout) and record["shared_projects"] == []
+    assert record["heldout"]["projects"] == {"synthetic-heldout-3": "synthetic:seed=3,templates=heldout"}
+    assert record["shared_line_share"] < 0.3  # module docstrings, `from __future__` lines
+    same = tachy("tasks", "split", str(sets["train"]), str(sets["train"]))
+    assert same.returncode == 1 and "share projects synthetic-train-3" in same.stderr
+    bad = tachy("tasks", "build", "--local", str(tmp_path), "--templates", "heldout", "--out",
+                str(tmp_path / "x"))  # fmt: skip
+    assert bad.returncode == 2 and "--templates chooses synthetic repositories" in bad.stderr
+
+
 def _registry_reachable(spec: str) -> bool:
     with tempfile.TemporaryDirectory() as tmp:
         try:

@@ -13,6 +13,7 @@ from collections import Counter
 import msgspec
 
 from agent import events as ev
+from agent.executor import is_malformed_result
 from agent.lints import Diagnostic
 from training.env.testrun import TestReport
 from training.tasks.taskset import Task
@@ -36,6 +37,19 @@ class RunShape(msgspec.Struct, kw_only=True):
     max_parallel_calls: int = 0
     assistant_chars: int = 0
     tokens: int | None = None  # generated tokens, when the policy counts them
+    malformed_calls: int = 0  # calls the executor refused (no parse, no such tool, bad args)
+    edits: int = 0  # edit_file, write_file and delete_file calls
+    # reading and searching calls before the first edit (all of them when nothing was edited)
+    reads_before_edit: int = 0
+    codebase_searches: int = 0  # codebase_search calls
+
+    @property
+    def well_formed_calls(self) -> int:
+        return self.tool_calls - self.malformed_calls
+
+
+EDITING_TOOLS = frozenset({"edit_file", "write_file", "delete_file"})
+LOOKING_TOOLS = frozenset({"read_file", "list_dir", "file_search", "grep", "codebase_search"})
 
 
 def score_tests(task: Task, report: TestReport) -> Score:
@@ -70,8 +84,15 @@ def run_shape(events: list[ev.Event], tokens: int | None = None) -> RunShape:
         elif isinstance(event, ev.ToolCall):
             shape.tool_calls += 1
             calls_by_turn[int(event.call_id.split("_")[1])] += 1
-        elif isinstance(event, ev.ToolResult) and event.is_error:
-            shape.tool_errors += 1
+        elif isinstance(event, ev.ToolResult):
+            shape.tool_errors += event.is_error
+            if is_malformed_result(event.content, event.is_error):
+                shape.malformed_calls += 1  # refused before it ran: neither a read nor an edit
+            elif event.tool in EDITING_TOOLS:
+                shape.edits += 1
+            elif event.tool in LOOKING_TOOLS and not shape.edits:
+                shape.reads_before_edit += 1
+            shape.codebase_searches += event.tool == "codebase_search"
     if calls_by_turn:
         shape.turns_with_calls = len(calls_by_turn)
         shape.parallel_calls_per_turn = round(shape.tool_calls / len(calls_by_turn), 3)

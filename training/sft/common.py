@@ -24,9 +24,11 @@ METRICS_FILE = "metrics.jsonl"
 def adamw(
     model: Model, lr: float, weight_decay: float, betas: tuple[float, float] = (0.9, 0.999)
 ) -> torch.optim.AdamW:
-    """AdamW with weight decay on matrices and expert tensors only (not norms)."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    """AdamW over the trainable parameters (all of a model; an adapted model's deltas
+    and small tensors), weight decay on matrices and expert tensors only (not norms)."""
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in trainable if p.dim() >= 2]
+    no_decay = [p for p in trainable if p.dim() < 2]
     return torch.optim.AdamW(
         [
             {"params": decay, "weight_decay": weight_decay},
@@ -54,12 +56,22 @@ def write_checkpoint(model: Model, tokenizer: Tokenizer, out: Path, state: dict[
     refuses. The state gets the weights' SHA-256."""
     scratch = out / ".saving"
     shutil.rmtree(scratch, ignore_errors=True)
-    save(model, scratch, tokenizer=tokenizer)
-    manifest = json.loads((scratch / "manifest.json").read_text())
-    torch.save(state | {"weights_sha256": manifest["sha256"]}, scratch / STATE_FILE)
+    if hasattr(model, "write_part"):  # adapters (training.sft.adapters): a part of the base
+        model.write_part(scratch)
+    else:
+        save(model, scratch, tokenizer=tokenizer)
+    torch.save(state | {"weights_sha256": weights_sha256(scratch)}, scratch / STATE_FILE)
     for f in sorted(scratch.iterdir(), key=lambda f: f.name == STATE_FILE):
         os.replace(f, out / f.name)
     scratch.rmdir()
+
+
+def weights_sha256(out: Path) -> str | None:
+    """The content hash a checkpoint (manifest.json) or a part (part.json) records."""
+    for record in ("manifest.json", "part.json"):
+        if (out / record).is_file():
+            return json.loads((out / record).read_text()).get("sha256")
+    return None
 
 
 def read_state(out: str | Path) -> dict[str, Any]:
@@ -70,10 +82,10 @@ def read_state(out: str | Path) -> dict[str, Any]:
         raise TrainStateError(f"{path}: missing (nothing to resume in {out})")
     try:
         state = torch.load(path, weights_only=True)
-        manifest = json.loads((out / "manifest.json").read_text())
+        weights = weights_sha256(out)
     except Exception as exc:
         raise TrainStateError(f"{path}: unreadable ({exc})") from None
-    if state.get("weights_sha256") != manifest.get("sha256"):
+    if state.get("weights_sha256") != weights:
         raise TrainStateError(
             f"{out}: the weights do not belong to {STATE_FILE} (a save was "
             "interrupted?); cannot resume exactly"

@@ -28,10 +28,11 @@ the tokens of each assistant message's content and on its `<|im_end|>` (where th
 engine stops), 0 everywhere else: system, user and tool-result text, the role headers,
 the newline after `<|im_end|>`.
 
-Over-long demonstrations are truncated on the right to `max_len` tokens: what is kept is
-a prefix of the conversation, exactly what the engine would see up to that point, and
-the mask is cut with it (a partial assistant turn keeps its leading tokens, without its
-`<|im_end|>`). A conversation whose first `max_len` tokens hold no assistant token is
+Over-long demonstrations are cut after their last whole assistant turn that fits
+`max_len` tokens: what is kept is a head of the conversation, exactly what the engine
+would see up to that point, and never ends inside a turn (a cut inside a tool call
+would teach the model to stop mid-call). A conversation whose first assistant turn does
+not fit is
 skipped. `SFTStats` counts both. There is no packing: the model has no per-document
 attention mask, so two conversations in one row would attend to each other; rows are
 right-padded per micro-batch instead (training/sft/trainer.py), which causal attention ignores.
@@ -223,20 +224,21 @@ def render_chat(tok: Tokenizer, messages: Sequence[tuple[str, str]]) -> tuple[li
 @dataclass
 class SFTStats:
     conversations: int = 0
-    truncated: int = 0  # cut to max_len (kept)
+    truncated: int = 0  # cut after a whole assistant turn to fit max_len (kept)
     skipped: list[str] = field(default_factory=list)  # no assistant token within max_len
 
 
 def sft_examples(tok: Tokenizer, demos: Sequence[dict], max_len: int) -> tuple[Examples, SFTStats]:
-    """One row per demonstration, truncated on the right to max_len (see the module
+    """One row per demonstration, cut at a turn boundary to max_len (see the module
     docstring); demonstrations left with no assistant target are skipped and counted."""
     if max_len < 2:
         raise ValueError(f"max_len must be >= 2, got {max_len}")
     rows, masks, stats = [], [], SFTStats(conversations=len(demos))
     for i, demo in enumerate(demos):
-        ids, mask = render_chat(tok, [(m["role"], m["content"]) for m in demo["messages"]])
+        messages = [(m["role"], m["content"]) for m in demo["messages"]]
+        ids, mask = render_chat(tok, messages)
         if len(ids) > max_len:
-            ids, mask = ids[:max_len], mask[:max_len]
+            ids, mask = _cut_at_turn(tok, messages, max_len)
             stats.truncated += 1
         if not any(mask[1:]):
             stats.skipped.append(str(demo.get("task_id", f"line {i + 1}")))
@@ -244,6 +246,20 @@ def sft_examples(tok: Tokenizer, demos: Sequence[dict], max_len: int) -> tuple[E
         rows.append(torch.tensor(ids, dtype=torch.long))
         masks.append(torch.tensor(mask, dtype=torch.bool))
     return Examples(rows, masks), stats
+
+
+def _cut_at_turn(
+    tok: Tokenizer, messages: list[tuple[str, str]], max_len: int
+) -> tuple[list[int], list[int]]:
+    """The longest head of the conversation that ends with a whole assistant turn and
+    fits max_len tokens (empty when not even the first turn fits): a cut inside a turn
+    would teach the model to stop in the middle of a tool call."""
+    ends = [i + 1 for i, (role, _) in enumerate(messages) if role == "assistant"]
+    for end in reversed(ends):
+        ids, mask = render_chat(tok, messages[:end])
+        if len(ids) <= max_len:
+            return ids, mask
+    return [], []
 
 
 def split_demos(demos: Sequence[dict], fraction: float) -> tuple[list[dict], list[dict]]:

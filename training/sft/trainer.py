@@ -166,8 +166,9 @@ class Trainer:
         return rows
 
     # ------------------------------------------------------------------- steps
-    def _forward(self, inputs: Tensor) -> tuple[Tensor, Tensor]:
-        out = self.model(inputs, return_aux_loss=True)
+    def _forward(self, inputs: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """logits [N, V] at the N target positions of `mask`, and the router aux loss."""
+        out = self.model(inputs, return_aux_loss=True, logits_where=mask)
         return out.logits, out.aux_loss
 
     def train_step(self) -> dict[str, Any]:
@@ -188,11 +189,8 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, aux_sum = 0.0, 0.0
         for inputs, targets, mask in micro:
-            logits, aux = self._forward(inputs)  # [B, L, V], scalar
-            nll = F.cross_entropy(
-                logits.float().flatten(0, 1), targets.flatten(), reduction="none"
-            )  # [B*L]
-            nll = (nll * mask.flatten()).sum()
+            logits, aux = self._forward(inputs, mask)  # [N, V], scalar
+            nll = F.cross_entropy(logits.float(), targets[mask], reduction="sum")
             loss = nll / max(1, targets_total) + self.aux_coef * aux / len(micro)
             loss.backward()
             loss_sum += float(nll.detach())
@@ -229,11 +227,8 @@ class Trainer:
             inputs, targets, mask = collate(
                 data, rows[i : i + self.config.micro_batch_size], self.pad_id
             )
-            logits = self.model(inputs)
-            losses = F.cross_entropy(
-                logits.float().flatten(0, 1), targets.flatten(), reduction="none"
-            )
-            nll += float((losses * mask.flatten()).sum())
+            logits = self.model(inputs, logits_where=mask)  # [N, V]
+            nll += float(F.cross_entropy(logits.float(), targets[mask], reduction="sum"))
             count += int(mask.sum())
         self.model.train(was_training)
         return nll / count if count else None

@@ -105,11 +105,17 @@ class PypiSource:
 @dataclass(frozen=True)
 class SyntheticSource:
     seed: int
+    templates: str = "all"  # which part of the template bank (synthetic.TEMPLATE_BANKS)
+
+    @property
+    def name(self) -> str:
+        part = "" if self.templates == "all" else f"{self.templates}-"
+        return f"synthetic-{part}{self.seed}"
 
     def prepare(self, out: Path, log: Callable[[str], None]) -> Project:
         from training.tasks import synthetic  # only synthetic builds need it
 
-        name = f"synthetic-{self.seed}"
+        name = self.name
         repo = out / "repos" / name
         if not repo.is_dir():
             # Generated beside its place and moved in whole: an interrupted build never
@@ -117,7 +123,7 @@ class SyntheticSource:
             partial = out / "repos" / f".{name}.partial"
             shutil.rmtree(partial, ignore_errors=True)
             try:
-                synthetic.generate_repo(self.seed, partial)
+                synthetic.generate_repo(self.seed, partial, self.templates)
             except synthetic.SyntheticError as exc:
                 shutil.rmtree(partial, ignore_errors=True)
                 raise ProjectSkip(str(exc)) from None
@@ -129,7 +135,7 @@ class SyntheticSource:
         base = command.removesuffix(paths).replace(" -q", "", 1) if command.endswith(paths) else ""
         return Project(
             name=name,
-            source=f"synthetic:seed={self.seed}",
+            source=str(self),
             repo=repo,
             test_command=command,
             pytest_base=base,
@@ -138,7 +144,8 @@ class SyntheticSource:
         )
 
     def __str__(self) -> str:
-        return f"synthetic:seed={self.seed}"
+        part = "" if self.templates == "all" else f",templates={self.templates}"
+        return f"synthetic:seed={self.seed}{part}"
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@
     tachy tasks build --synthetic 20 --seed 1 --max-tasks 5 --out tasks/
     tachy tasks check tasks/ [--json] [--limit N]
     tachy tasks list tasks/
+    tachy tasks split runs/tasks-train runs/tasks-heldout --out split.json
 
 Progress and summaries go to stderr; `check --json` prints one JSON document on stdout.
 Exit codes: 0 done, 1 a task failed its check (or a build gave no task), 2 bad usage
@@ -81,6 +82,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "--seed", type=int, default=0, metavar="S", help="picks the mutations (and synthetic repos)"
     )
     build.add_argument(
+        "--templates",
+        choices=("all", "train", "heldout"),
+        default="all",
+        help="synthetic repositories from this part of the template bank: 'train' and "
+        "'heldout' share no template, so sets built from them share no code (default all)",
+    )
+    build.add_argument(
         "--mutants-per-project",
         type=int,
         metavar="M",
@@ -115,6 +123,21 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     listing = sub.add_parser("list", help="one line per task", description="List a task set.")
     listing.add_argument("dir", type=path_arg, metavar="DIR")
 
+    split = sub.add_parser(
+        "split",
+        help="check and record that a held-out set shares no project with a training set",
+        description=(
+            "Compare a training and a held-out task set: the projects and sources of each, "
+            "the ones they share (there must be none: a held-out task from a training "
+            "project measures memory, not skill) and the share of held-out source lines "
+            "found verbatim in training repositories. Prints the record as JSON (and writes "
+            "it to --out); exit 1 when a project is in both."
+        ),
+    )
+    split.add_argument("train", type=path_arg, metavar="TRAIN_DIR")
+    split.add_argument("heldout", type=path_arg, metavar="HELDOUT_DIR")
+    split.add_argument("--out", type=path_arg, metavar="FILE", help="write the record here too")
+
     demos = sub.add_parser(
         "demos",
         help="run the scripted expert on every task: end-to-end validation + demonstrations",
@@ -142,6 +165,8 @@ def run(args: argparse.Namespace) -> int:
             return run_check(args)
         if args.tasks_command == "demos":
             return run_demos(args)
+        if args.tasks_command == "split":
+            return run_split(args)
         return run_list(args)
     except KeyboardInterrupt:
         print("tachy: interrupted (tasks already written stay valid)", file=sys.stderr)
@@ -170,6 +195,8 @@ def run_build(args: argparse.Namespace) -> int:
         return _err("--mutants-per-project must be at least 1")
     if args.synthetic is not None and args.synthetic < 1:
         return _err("--synthetic must be at least 1")
+    if args.templates != "all" and args.synthetic is None:
+        return _err("--templates chooses synthetic repositories: give it with --synthetic")
     if args.pypi:
         specs = [
             s for spec in args.pypi for s in (DEFAULT_PROJECTS if spec == "default" else [spec])
@@ -178,7 +205,7 @@ def run_build(args: argparse.Namespace) -> int:
     elif args.local:
         sources = [LocalSource(p) for p in args.local]
     else:
-        sources = [SyntheticSource(args.seed + i) for i in range(args.synthetic)]
+        sources = [SyntheticSource(args.seed + i, args.templates) for i in range(args.synthetic)]
     options = BuildOptions(
         max_tasks=args.max_tasks,
         mutants_per_project=args.mutants_per_project,
@@ -380,3 +407,38 @@ def run_demos(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 1 if summary.broken else 0
+
+
+# ------------------------------------------------------------------ split
+def run_split(args: argparse.Namespace) -> int:
+    import json
+
+    from training.tasks.split import split_record
+    from training.tasks.taskset import TaskError
+
+    try:
+        record = split_record(args.train, args.heldout)
+    except TaskError as exc:
+        return _err(str(exc))
+    text = json.dumps(record, indent=2)
+    if args.out:
+        try:
+            args.out.write_text(text + "\n", encoding="utf-8")
+        except OSError as exc:
+            return _err(f"cannot write {args.out}: {exc.strerror or exc}")
+    print(text)
+    if record["shared_projects"]:
+        print(
+            f"tachy: the sets share projects {', '.join(record['shared_projects'])}: "
+            "not a held-out split",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"{record['heldout']['tasks']} held-out tasks from {len(record['heldout']['projects'])} "
+        f"projects, none in training ({record['train']['tasks']} tasks, "
+        f"{len(record['train']['projects'])} projects); "
+        f"{record['shared_line_share']:.1%} of held-out source lines also occur in training",
+        file=sys.stderr,
+    )
+    return 0

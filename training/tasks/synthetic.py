@@ -1118,16 +1118,35 @@ _BY_KEY = {fn.key: fn for fn in _BANK}
 _DOMAINS = ("inventory", "bank", "buffer")
 _BASES = ("numbers", "sequences", "text", "parsing")
 
+# The bank split in two, each part closed under its templates' dependencies, so that a
+# held-out task set shares no code with a training one: repositories of one part are
+# written from templates the other part never uses (`tachy tasks build --templates`).
+_HELDOUT_KEYS = frozenset({
+    "digit_sum", "fibonacci", "divisors",                              # numbers
+    "rotate", "binary_search", "chunked", "running_total",             # sequences
+    "caesar_shift", "run_length_encode", "is_palindrome",              # text
+    "parse_duration", "parse_key_values",                              # parsing
+    "RingBuffer",                                                      # a domain class
+})  # fmt: skip
+TEMPLATE_BANKS = {
+    "all": frozenset(_BY_KEY),
+    "train": frozenset(_BY_KEY) - _HELDOUT_KEYS,
+    "heldout": _HELDOUT_KEYS,
+}
 
-def _choose(rng: random.Random) -> list[_Fn]:
-    """The templates of one repository: a domain class, base modules, dependencies."""
+
+def _choose(rng: random.Random, bank: frozenset[str] = TEMPLATE_BANKS["all"]) -> list[_Fn]:
+    """The templates of one repository, all from `bank`: a domain class, base modules,
+    dependencies."""
+    pool_of = [fn for fn in _BANK if fn.key in bank]
     wanted: list[str] = []
-    domain = rng.choice(_DOMAINS) if rng.random() < 0.8 else None
+    domains = [d for d in _DOMAINS if any(fn.module == d for fn in pool_of)]
+    domain = rng.choice(domains) if domains and rng.random() < 0.8 else None
     if domain:
-        wanted += [fn.key for fn in _BANK if fn.module == domain]
+        wanted += [fn.key for fn in pool_of if fn.module == domain]
     bases = rng.sample(_BASES, rng.randint(1, 3))
     for base in sorted(bases, key=_BASES.index):
-        pool = [fn.key for fn in _BANK if fn.module == base]
+        pool = [fn.key for fn in pool_of if fn.module == base]
         wanted += rng.sample(pool, min(len(pool), rng.randint(3, 5)))
     chosen: list[str] = []
 
@@ -1143,11 +1162,11 @@ def _choose(rng: random.Random) -> list[_Fn]:
     if len({_BY_KEY[k].module for k in chosen}) < 2:  # at least two modules
         add(
             rng.choice(
-                [fn.key for fn in _BANK if fn.module != _BY_KEY[chosen[0]].module and not fn.deps]
+                [fn.key for fn in pool_of if fn.module != _BY_KEY[chosen[0]].module and not fn.deps]
             )
         )
     modules = {_BY_KEY[k].module for k in chosen}
-    spare = [fn.key for fn in _BANK if fn.module in modules and fn.key not in chosen]
+    spare = [fn.key for fn in pool_of if fn.module in modules and fn.key not in chosen]
     while spare and sum(len(_split(_BY_KEY[k].tests)) for k in chosen) < MIN_TESTS:
         add(spare.pop(rng.randrange(len(spare))))
         spare = [k for k in spare if k not in chosen]
@@ -1158,14 +1177,19 @@ def _render(fn: _Fn, names: dict[str, str], params: dict[str, str]) -> str:
     return Template(textwrap.dedent(fn.code).strip("\n")).substitute({**names, **params})
 
 
-def generate_repo(seed: int, out_dir: Path) -> SyntheticRepo:
+def generate_repo(seed: int, out_dir: Path, templates: str = "all") -> SyntheticRepo:
     """Write a synthetic repository for seed into out_dir (created; must be empty or
-    absent) and return what it holds. Deterministic: same seed, same bytes."""
+    absent) and return what it holds, written from the `templates` part of the bank
+    (TEMPLATE_BANKS). Deterministic: same seed and part, same bytes."""
     out_dir = Path(out_dir)
+    if templates not in TEMPLATE_BANKS:
+        raise SyntheticError(
+            f"unknown template part {templates!r}; choose from {list(TEMPLATE_BANKS)}"
+        )
     if out_dir.exists() and any(out_dir.iterdir()):
         raise SyntheticError(f"{out_dir} is not empty; generate into a new directory")
     rng = random.Random(seed)
-    fns = _choose(rng)
+    fns = _choose(rng, TEMPLATE_BANKS[templates])
     project = rng.choice(_PREFIXES) + rng.choice(_SUFFIXES)
     names = {fn.key: rng.choice(fn.names) for fn in fns}
     params = {fn.key: {k: str(rng.choice(v)) for k, v in sorted(fn.params.items())} for fn in fns}

@@ -1,0 +1,184 @@
+"""`tachy eval TASKS --policy SPEC`: a policy's pass@1 (and pass@K) on a task set.
+
+    tachy eval runs/tasks-heldout --policy local: --json > eval.json
+    tachy eval runs/tasks-heldout --policy local:runs/sft --attempts 4 --temperature 0.7
+    tachy eval runs/tasks-heldout --policy local: --resume        # after a Ctrl-C
+
+Progress on stderr (a line per attempt, then the summary); `--json` prints one JSON
+document on stdout (tachy.eval.run.summarize). Results go to --results as they finish.
+Exit codes: 0 every attempt scored, 1 some could not be scored (the policy failed:
+they are listed, not counted as failures), 2 bad usage or an unusable task set,
+130 interrupted (the results so far are kept; --resume continues).
+
+This module imports only the standard library at import time (the parser must stay
+cheap for `tachy --help`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from agent.cliargs import path_arg
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "eval",
+        help="a policy's solve rate (pass@k with intervals) on a task set",
+        description=(
+            "Run a policy on every task of TASKS (a `tachy tasks build` set) through the "
+            "environment server and the agent executor, as in training, score each attempt "
+            "with the task's tests, and report pass@1 (and pass@K) with 95% bootstrap "
+            "intervals over tasks, per project, and the shape of the runs: well-formed "
+            "calls, turns, tool calls, parallel calls per turn, reads and searches before "
+            "the first edit, tokens and seconds. Attempts whose policy failed (a model "
+            "server that died) are kept apart, not counted as failures."
+        ),
+    )
+    p.add_argument("tasks", type=path_arg, metavar="TASKS", help="the task set directory")
+    p.add_argument(
+        "--policy",
+        required=True,
+        metavar="SPEC",
+        help="local:[DIR] (our model), openai:BASE_URL#MODEL, or replay:FILE.jsonl",
+    )
+    p.add_argument(
+        "--attempts", type=int, default=1, metavar="K", help="attempts per task (default 1)"
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="attempts at once (default 1; a local model decodes them together)",
+    )
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
+    p.add_argument(
+        "--max-turns", type=int, default=10, metavar="N", help="turns per attempt (default 10)"
+    )
+    p.add_argument("--max-tokens", type=int, metavar="N", help="tokens per turn (policy's default)")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        metavar="T",
+        help="sampling temperature (default: the policy's; local: is greedy, so use T > 0 "
+        "with --attempts above 1)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=1800.0, metavar="S", help="seconds per attempt (1800)"
+    )
+    p.add_argument("--seed", type=int, default=0, metavar="S", help="sampling seeds (default 0)")
+    p.add_argument(
+        "--results",
+        type=path_arg,
+        metavar="FILE",
+        help="where attempts are kept (JSONL; default: eval-TASKSNAME.jsonl here)",
+    )
+    p.add_argument("--resume", action="store_true", help="continue the evaluation in --results")
+    p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+
+
+def _err(message: str) -> int:
+    print(f"tachy: {message}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    for name in ("attempts", "workers", "max_turns"):
+        if getattr(args, name) < 1:
+            return _err(f"--{name.replace('_', '-')} must be at least 1")
+    for name in ("limit", "max_tokens"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            return _err(f"--{name.replace('_', '-')} must be at least 1")
+    if args.timeout <= 0 or (args.temperature is not None and args.temperature < 0):
+        return _err("--timeout must be positive and --temperature 0 or more")
+    import asyncio
+
+    from training.eval.run import EvalSettings, run_eval, summarize
+    from training.tasks.taskset import TaskError
+
+    results: Path = args.results or Path.cwd() / f"eval-{args.tasks.name}.jsonl"
+    settings = EvalSettings(
+        taskset=str(args.tasks.resolve()), policy=args.policy, attempts=args.attempts,
+        max_turns=args.max_turns, max_tokens=args.max_tokens, temperature=args.temperature,
+        timeout_s=args.timeout, seed=args.seed, limit=args.limit,
+    )  # fmt: skip
+    started = time.monotonic()
+
+    def show(attempt, done: int, total: int) -> None:
+        mark = {"solved": "ok  ", "failed": "FAIL", "unscored": "----"}[attempt.status]
+        tokens = f", {attempt.tokens} tokens" if attempt.tokens is not None else ""
+        why = f": {attempt.error}" if attempt.status == "unscored" else ""
+        print(
+            f"[{done}/{total} {time.monotonic() - started:5.0f}s] {mark} {attempt.task_id} "
+            f"#{attempt.attempt} ({attempt.stop_reason}, {attempt.turns} turns, "
+            f"{attempt.tool_calls} calls{tokens}, {attempt.seconds:.0f} s){why}",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    print(f"tachy eval: {args.policy} on {args.tasks}; results in {results}", file=sys.stderr)
+    try:
+        attempts = asyncio.run(
+            run_eval(settings, results, workers=args.workers, resume=args.resume, on_attempt=show)
+        )
+    except TaskError as exc:
+        return _err(str(exc))
+    except KeyboardInterrupt:
+        print(
+            f"tachy: interrupted; the attempts that finished are kept in {results} "
+            "(--resume continues)",
+            file=sys.stderr,
+        )
+        return 130
+    report = {"settings": {**_builtins(settings), "results": str(results)}}
+    report |= summarize(attempts, k=args.attempts)
+    print(human(report, args.attempts), file=sys.stderr)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    return 1 if report["unscored_attempts"] else 0
+
+
+def _builtins(settings) -> dict:
+    import msgspec
+
+    return msgspec.to_builtins(settings)
+
+
+def human(report: dict, k: int) -> str:
+    """The summary a person reads on stderr."""
+
+    def rate(name: str) -> str:
+        r = report[name]
+        return f"{r['value']:.1%} [{r['ci95'][0]:.1%}, {r['ci95'][1]:.1%}]"
+
+    lines = [
+        f"pass@1 {rate('pass_at_1')} over {report['scored_tasks']} tasks "
+        f"({report['attempts']} attempts)"
+    ]
+    if k > 1:
+        lines.append(f"pass@{k} {rate(f'pass_at_{k}')}")
+    for project, r in report["projects"].items():
+        lines.append(f"  {project}: {r['value']:.1%} of {r['tasks']} tasks")
+    share = report["well_formed_share"]
+    lines.append(
+        f"calls: {report['tool_calls']} ({'-' if share is None else f'{share:.0%}'} well "
+        f"formed), {report['tool_calls_per_attempt']} per attempt, "
+        f"{report['parallel_calls_per_turn']} per turn that made any; "
+        f"{report['reads_before_edit']} reads/searches before the first edit; "
+        f"{report['turns_per_attempt']} turns, {report['tokens_per_attempt']} tokens, "
+        f"{report['seconds_per_attempt']} s per attempt"
+    )
+    if report["unscored_attempts"]:
+        lines.append(
+            f"{len(report['unscored_attempts'])} attempts not scored (the policy failed; "
+            "not counted as failures, --resume runs them again):"
+        )
+        lines += [
+            f"  {u['task_id']} #{u['attempt']}: {u['error']}" for u in report["unscored_attempts"]
+        ]
+    return "\n".join(lines)
