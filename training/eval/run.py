@@ -16,6 +16,7 @@ those are the policy's own limits.
 from __future__ import annotations
 
 import asyncio
+import os
 import zlib
 from collections import Counter
 from collections.abc import Callable
@@ -219,11 +220,14 @@ async def run_eval(
     kept = [a for a in kept if a.status != "unscored"]  # an unscored attempt runs again
     todo = [(t, i) for t in tasks for i in range(settings.attempts) if (t.id, i) not in done]
     results.parent.mkdir(parents=True, exist_ok=True)
-    with open(results, "wb") as sink:  # rewritten: header, the kept attempts, then new ones
-        sink.write(_encoder.encode(Header(settings=settings)) + b"\n")
-        for a in kept:
-            sink.write(_encoder.encode(a) + b"\n")
-        sink.flush()
+    # Rewritten (header, the kept attempts) beside the file and moved over it, so an
+    # interruption at any point leaves the old file or the new one, never less.
+    scratch = results.with_name(results.name + ".partial")
+    with open(scratch, "wb") as out:
+        out.write(_encoder.encode(Header(settings=settings)) + b"\n")
+        out.writelines(_encoder.encode(a) + b"\n" for a in kept)
+    os.replace(scratch, results)
+    with open(results, "ab") as sink:  # then each new attempt as it finishes
         new = await _run_attempts(settings, taskset, todo, workers, sink, on_attempt)
     return kept + new
 
@@ -269,6 +273,8 @@ async def _attempt(pool: EnvPool, policies: _Policies, task: Task, index: int) -
         return _unscored(task, index, f"no sandbox for the task: {exc}")
     try:
         episode = await run_episode(env, policy, max_turns=policies.settings.max_turns)
+    except EnvError as exc:  # the sandbox failed (its tests could not run): not the policy's
+        return _unscored(task, index, f"the sandbox failed: {exc}")
     finally:
         await asyncio.to_thread(pool.release, env)
         await policy.aclose()
