@@ -270,3 +270,46 @@ def test_ctrl_c_keeps_the_finished_attempts_and_resume_continues(taskset, tmp_pa
     assert resumed.returncode == 0, resumed.stderr
     assert "clamper-1" in resumed.stderr and "adder-1 #0" not in resumed.stderr
     assert json.loads(resumed.stdout)["attempts"] == 2
+
+
+class _Endless:
+    """A model that never stops writing: its stream ends only when it is closed."""
+
+    streaming = False
+    stopped = False
+
+    async def stream(self, messages, stop):
+        import asyncio
+
+        _Endless.streaming = True
+        try:
+            while True:
+                await asyncio.sleep(0.02)
+                yield "x"
+        finally:
+            _Endless.stopped = True
+
+    async def aclose(self) -> None:
+        return None
+
+
+def test_cancelling_an_eval_stops_the_turn_being_generated(taskset, tmp_path):
+    """Ctrl-C cancels tachy eval's task: the attempt's turn must stop with it, not go on
+    generating as an orphan while the evaluation shuts down (a local model would keep
+    its engine busy, and the process alive, for the rest of the turn)."""
+    import asyncio
+
+    register_policy("endless", lambda rest, max_tokens=None: _Endless())
+    settings = EvalSettings(taskset=str(taskset), policy="endless:model")
+
+    async def main() -> None:
+        job = asyncio.ensure_future(run_eval(settings, tmp_path / "r.jsonl"))
+        while not _Endless.streaming:
+            await asyncio.sleep(0.05)
+        job.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await job
+        assert _Endless.stopped  # closed by the time the evaluation has gone
+
+    asyncio.run(main())
+    assert load_results(tmp_path / "r.jsonl")[1] == []

@@ -106,6 +106,12 @@ async def run_episode(
     aborted = asyncio.ensure_future((abort or asyncio.Event()).wait())
     try:
         done, _ = await asyncio.wait({run, aborted}, timeout=limit, return_when="FIRST_COMPLETED")
+    except asyncio.CancelledError:
+        # The caller is going away (Ctrl-C in tachy eval): stop the run too, so no
+        # orphaned turn keeps the model generating while the caller shuts down.
+        executor.cancel()
+        run.cancel()
+        raise
     finally:
         aborted.cancel()
     if run in done:
