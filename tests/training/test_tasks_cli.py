@@ -179,11 +179,15 @@ def test_sets_from_the_two_template_parts_share_no_code_and_split_records_it(tmp
         assert task.metadata.project == f"synthetic-{part}-{seed}"
         assert task.metadata.source == f"synthetic:seed={seed},templates={part}"
     record_file = tmp_path / "split.json"
-    run = tachy("tasks", "split", str(sets["train"]), str(sets["heldout"]), "--out", str(record_file))
+    run = tachy(
+        "tasks", "split", str(sets["train"]), str(sets["heldout"]), "--out", str(record_file)
+    )
     assert run.returncode == 0, run.stderr
     record = json.loads(record_file.read_text())
     assert record == json.loads(run.stdout) and record["shared_projects"] == []
-    assert record["heldout"]["projects"] == {"synthetic-heldout-3": "synthetic:seed=3,templates=heldout"}
+    assert record["heldout"]["projects"] == {
+        "synthetic-heldout-3": "synthetic:seed=3,templates=heldout"
+    }
     assert record["shared_line_share"] < 0.3  # module docstrings, `from __future__` lines
     same = tachy("tasks", "split", str(sets["train"]), str(sets["train"]))
     assert same.returncode == 1 and "share projects synthetic-train-3" in same.stderr
