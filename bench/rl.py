@@ -16,7 +16,9 @@ time a weight sync takes.
    target < 15 % for async), rollout durations (p50, p95, max).
 2. Weight sync: the trainer's weights put in the Ray object store once and loaded
    by an inference actor, for the tiny and small presets (median of repeats), which
-   shows how it grows with the model.
+   shows how it grows with the model; and for tachy's model (the bundled part on the
+   SmolLM2 base), the adapter trainer's sync (merged attention weights and small
+   tensors) against shipping the whole sampling state (the anchor).
 
 The model is initialised at random (what is measured is the machinery, not what the
 model learns); rewards come from a coin flip in the tests, so groups carry signal and
@@ -160,6 +162,40 @@ def weight_sync(root: Path, name: str, repeats: int) -> dict[str, Any]:
     }
 
 
+def weight_sync_part(repeats: int, rank: int = 16) -> dict[str, Any]:
+    """tachy's model (the bundled part on the SmolLM2 base): the adapter trainer's sync
+    (merged attention weights and small tensors, `partial`) against shipping the whole
+    sampling state (the anchor: what a full fine-tune must send), into one actor."""
+    from model.policy import bundled_checkpoint
+    from training.sft.adapters import AdaptedModel
+
+    part = bundled_checkpoint()
+    adapted, _ = AdaptedModel.from_part(part, rank=rank)
+    actor = InferenceActor.options(num_cpus=0).remote(str(part), max_batch=1, max_seq=64)
+    ray.get(actor.info.remote())
+    states = {"full": lambda: adapted.model.sampling_state(), "adapters": adapted.sampling_state}
+    out: dict[str, Any] = {"model": f"tachy-smollm2 part, adapters of rank {rank}"}
+    version = 0
+    for kind, make in states.items():
+        times, size = [], 0
+        for _ in range(repeats):
+            version += 1
+            started = time.perf_counter()
+            state = make()
+            ref = ray.put(state)
+            ray.get(actor.set_weights.remote(version, ref, kind == "adapters"))
+            times.append(time.perf_counter() - started)
+            size = sum(t.numel() * t.element_size() for t in state.values())
+            del state, ref
+        out[kind] = {
+            "megabytes": round(size / 1e6, 1),
+            "sync_s_median": round(statistics.median(times), 4),
+        }
+    ray.kill(actor)
+    out["speedup"] = round(out["full"]["sync_s_median"] / out["adapters"]["sync_s_median"], 2)
+    return out
+
+
 def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tachy-bench-rl-", dir="/var/tmp") as tmp:
         root = Path(tmp)
@@ -185,6 +221,7 @@ def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
                 run_mode(base, root / "async", asynchronous=True),
             ]
             syncs = [weight_sync(root, name, options.sync_repeats) for name in ("tiny", "small")]
+            part_sync = weight_sync_part(options.sync_repeats) if options.part else None
         finally:
             ray.shutdown()
     sync, asyn = modes
@@ -197,6 +234,12 @@ def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
         "weight_sync_s_tiny": syncs[0]["sync_s_median"],
         "weight_sync_s_small": syncs[1]["sync_s_median"],
     }
+    if part_sync is not None:
+        summary |= {
+            "weight_sync_s_part_adapters": part_sync["adapters"]["sync_s_median"],
+            "weight_sync_s_part_full": part_sync["full"]["sync_s_median"],
+            "part_sync_speedup": part_sync["speedup"],
+        }
     return {
         "benchmark": "rl",
         "command": command,
@@ -216,6 +259,7 @@ def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
         },
         "modes": modes,
         "weight_sync": syncs,
+        "weight_sync_part": part_sync,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "summary": summary,
     }
@@ -231,6 +275,12 @@ def table(result: dict[str, Any]) -> str:
         )
     for s in result["weight_sync"]:
         lines.append(f"weight sync {s['preset']} ({s['megabytes']} MB): {s['sync_s_median']} s")
+    part = result["weight_sync_part"]
+    for kind in ("full", "adapters") if part else ():
+        lines.append(
+            f"weight sync tachy-smollm2 {kind} ({part[kind]['megabytes']} MB): "
+            f"{part[kind]['sync_s_median']} s"
+        )
     return "\n".join(lines)
 
 
@@ -240,6 +290,12 @@ def one_line(s: dict[str, Any]) -> str:
         f"{s['async_vs_sync_throughput']}x; trainer idle {s['async_trainer_idle_frac']:.0%} "
         f"(sync {s['sync_trainer_idle_frac']:.0%}); weight sync {s['weight_sync_s_tiny']} s "
         f"tiny, {s['weight_sync_s_small']} s small"
+        + (
+            f"; tachy's model {s['weight_sync_s_part_adapters']} s adapters vs "
+            f"{s['weight_sync_s_part_full']} s full = {s['part_sync_speedup']}x"
+            if "part_sync_speedup" in s
+            else ""
+        )
     )
 
 
@@ -256,6 +312,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sleep-sigma", type=float, default=1.2, help="its log-normal sigma (1.2)")
     parser.add_argument("--sleep-cap", type=float, default=40.0, help="its cap (40 s)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--no-part",
+        dest="part",
+        action="store_false",
+        help="skip the weight sync of tachy's model (adapters vs full state; needs ~8 GB)",
+    )
     options = parser.parse_args(argv)
     options.steps = options.steps or (2 if options.quick else 8)
     options.sync_repeats = options.sync_repeats or (2 if options.quick else 5)

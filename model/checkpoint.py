@@ -147,6 +147,21 @@ def load(path: str | Path, device: str | torch.device = "cpu") -> Model:
     return Model.from_state_dict(config, state, precision, quantized)  # checked above
 
 
+def open_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer of any directory `open_model` reads, without loading the model
+    (a part's is the installed base's). CheckpointError says what is wrong."""
+    from model.part import is_part, part_tokenizer
+    from model.tokenizer import TokenizerError, find_tokenizer
+
+    path = Path(path)
+    if is_part(path):
+        return part_tokenizer(path)
+    try:
+        return find_tokenizer(path)
+    except TokenizerError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+
+
 def open_model(
     path: str | Path,
     *,

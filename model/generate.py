@@ -209,12 +209,19 @@ class Engine:
         if compile:
             self._decode = torch.compile(self._decode_step, dynamic=None)
 
-    def load_weights(self, state: dict[str, Tensor], version: int | None = None) -> None:
-        """Copy new weights (a full state dict of this model) in place, between
-        generations, never during one (RL weight sync); a compiled decode step stays
-        valid. Generations made with them carry `version` (default: one more)."""
+    def load_weights(
+        self, state: dict[str, Tensor], version: int | None = None, *, partial: bool = False
+    ) -> None:
+        """Copy new weights (a full state dict of this model; with `partial`, only some of
+        its tensors: what an adapter trainer changes) in place, between generations,
+        never during one (RL weight sync); a compiled decode step stays valid.
+        Generations made with them carry `version` (default: one more)."""
         with self._lock, torch.no_grad():
-            self.model.load_state_dict(state, strict=True)
+            if partial:
+                unknown = sorted(set(state) - set(self.model.state_dict()))
+                if unknown:
+                    raise ValueError(f"weights this model does not have: {unknown[:4]}")
+            self.model.load_state_dict(state, strict=not partial)
             self.clear_cache()
             self.weights_version = self.weights_version + 1 if version is None else version
 

@@ -106,7 +106,8 @@ def initial_part(spec: Upcycle, base: Path | None = None) -> dict[str, torch.Ten
     return {n: t for n, t in state.items() if n.endswith(".mlp.gate.weight")}
 
 
-def _read_record(path: Path) -> dict:
+def read_record(path: Path) -> dict:
+    """The part.json of a part directory, checked for format and version."""
     try:
         record = json.loads((path / "part.json").read_text())
     except FileNotFoundError:
@@ -130,18 +131,28 @@ def part_config(path: str | Path):
     from model.upcycle import upcycled_config
 
     path = Path(path)
-    record = _read_record(path)
-    spec = _spec(record, path)
+    record = read_record(path)
+    spec = part_spec(record, path)
     return upcycled_config(gguf_config(open_gguf(base_gguf())), spec), record
 
 
-def _spec(record: dict, path: Path) -> Upcycle:
+def part_spec(record: dict, path: Path) -> Upcycle:
+    """How the base was upcycled for the part at `path` (its record's "upcycle")."""
     try:
         spec = Upcycle(**record["upcycle"])
         spec.check()
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path / 'part.json'}: invalid upcycle record ({exc})") from None
     return spec
+
+
+def part_tokenizer(path: str | Path) -> Tokenizer:
+    """The tokenizer of the part's model (the installed base's), read without its weights."""
+    from model.gguf_import import gguf_tokenizer, open_gguf
+
+    path = Path(path)
+    record = read_record(path)
+    return gguf_tokenizer(open_gguf(_check_base(record, path, None)))
 
 
 def _check_base(record: dict, path: Path, base: Path | None) -> Path:
@@ -212,14 +223,14 @@ def assemble(
     what is missing or mismatched. `unmerged(weight name)`: leave that weight's delta
     out (an adapter trainer merges it itself, as this function would)."""
     path = Path(path)
-    record = _read_record(path)
+    record = read_record(path)
     weights = path / "part.safetensors"
     if not weights.is_file():
         raise CheckpointError(f"{weights}: missing")
     if weights.stat().st_size != record.get("size") or sha256_file(weights) != record.get("sha256"):
         raise CheckpointError(f"{weights}: size or content hash mismatch (corrupt file)")
     base = _check_base(record, path, base)
-    spec = _spec(record, path)
+    spec = part_spec(record, path)
     config, state, tokenizer = upcycled_base(spec, base)
     _merge(state, load_file(str(weights)), path, unmerged)
     return Model.from_state_dict(config, state, "mxfp8", quantized=True), tokenizer

@@ -1,9 +1,9 @@
-"""`tachy train`: the supervised warm-up (pretrain, sft) and a metrics summary (plot).
+"""`tachy train`: the supervised warm-up (pretrain, sft), RL (rl) and the curves of runs (plot).
 
     tachy train pretrain --out ckpt/pre --steps 200            # the stdlib, tiny preset
     tachy train sft --init ckpt/pre --demos demos.jsonl --out ckpt/sft --steps 100
     tachy train pretrain --out ckpt/pre --resume               # continue exactly
-    tachy train plot ckpt/pre                                  # metrics.csv + a summary
+    tachy train plot runs/rl-s0 runs/rl-s1                     # runs/rl-s0/metrics.png
 
 Progress goes to stderr, one JSON line per step to DIR/metrics.jsonl; DIR ends up a
 checkpoint that `model.load` reads and `--policy local:DIR` drives. A run refuses an
@@ -128,13 +128,15 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
 
     plot = sub.add_parser(
         "plot",
-        help="plot (or, without matplotlib, tabulate) a run's metrics",
+        help="draw the curves of one run or several (seeds) as a PNG, or tabulate one",
         description=(
-            "Read DIR/metrics.jsonl. With matplotlib installed, draw the curves to --out (PNG); "
-            "without it, write them as CSV (default DIR/metrics.csv) and print a text summary."
+            "Read DIR/metrics.jsonl of each run and draw its curves (loss, reward, held-out "
+            "solve rate, parallel calls per turn, ...) one panel per metric, the runs side by "
+            "side (default picture: the first DIR's metrics.png). With --out FILE.csv, write "
+            "one run's metrics as CSV and print a text summary of its curves."
         ),
     )
-    plot.add_argument("dir", type=path_arg, metavar="DIR")
+    plot.add_argument("dirs", nargs="+", type=path_arg, metavar="DIR", help="runs' --out dirs")
     plot.add_argument("--out", type=path_arg, metavar="FILE", help="the PNG or CSV to write")
 
 
@@ -203,7 +205,9 @@ def run_rl(args: argparse.Namespace) -> int:
         except TrainStateError as exc:
             raise UsageError(str(exc)) from None
         changed = [
-            k for k in ("seed", "group_size", "groups_per_step") if saved[k] != getattr(config, k)
+            k
+            for k in ("seed", "group_size", "groups_per_step", "init", "lora_rank")
+            if saved.get(k, getattr(config, k)) != getattr(config, k)  # older runs: no lora_rank
         ]
         if changed:
             raise UsageError(f"--resume with other {', '.join(changed)} than the saved run's")
@@ -495,7 +499,10 @@ PLOTTED = (
     # pretrain / sft
     "loss", "eval_loss", "aux_loss", "lr", "grad_norm", "tokens_per_s",
     # rl
-    "reward", "train_reward", "heldout_solve_rate", "turns", "tool_calls", "tool_error_frac", "parallel_calls_per_turn", "tokens",
+    "reward", "train_reward", "heldout_solve_rate", "heldout_well_formed_frac",
+    "heldout_parallel_calls_per_turn", "heldout_reads_before_edit", "heldout_codebase_searches",
+    "turns", "tool_calls", "tool_error_frac", "well_formed_frac", "parallel_calls_per_turn",
+    "reads_before_edit", "codebase_searches", "tokens", "turns_solved", "tokens_solved",
     "rollout_s_mean", "step_s", "trainer_idle_frac", "staleness_mean", "logprob_mismatch",
     "weight_sync_s",
 )  # fmt: skip
@@ -531,13 +538,8 @@ def sparkline(values: list[float], width: int = 60) -> str:
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    directory = Path(args.dir)
-    rows = read_metrics(directory)
-    series = {
-        k: [(r["step"], r[k]) for r in rows if r.get(k) is not None]
-        for k in PLOTTED
-        if any(r.get(k) is not None for r in rows)
-    }
+    runs = {Path(d): read_metrics(Path(d)) for d in args.dirs}
+    csv_out = args.out is not None and args.out.suffix == ".csv"
     try:
         import matplotlib
 
@@ -545,20 +547,45 @@ def run_plot(args: argparse.Namespace) -> int:
         from matplotlib import pyplot as plt
     except ImportError:
         plt = None
-    if plt is not None and not (args.out and args.out.suffix == ".csv"):
-        out = Path(args.out or directory / "metrics.png")
-        fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.2 * len(series)), sharex=True)
-        for ax, (name, points) in zip(
-            list(getattr(axes, "flat", [axes])), series.items(), strict=False
-        ):
-            ax.plot(*zip(*points, strict=True), marker="." if len(points) < 50 else None)
-            ax.set_ylabel(name)
-        fig.supxlabel("step")
-        fig.tight_layout()
-        fig.savefig(out)
-        print(f"tachy: wrote {out}", file=sys.stderr)
-        return 0
-    out = Path(args.out or directory / "metrics.csv")
+    if plt is None or csv_out:
+        if len(runs) > 1:
+            raise UsageError("a CSV holds one run: give one DIR (a picture compares several)")
+        return _write_csv(*runs.items(), args.out, reason=None if plt else "not installed")
+    out = Path(args.out or args.dirs[0] / "metrics.png")
+    series = {
+        name: {d: [(r["step"], r[name]) for r in rows if _number(r.get(name))]
+               for d, rows in runs.items()}
+        for name in PLOTTED
+    }  # fmt: skip
+    series = {k: v for k, v in series.items() if any(v.values())}
+    if not series:
+        raise UsageError("the metrics hold none of the curves tachy plots")
+    fig, axes = plt.subplots(len(series), 1, figsize=(8, 2.2 * len(series)), sharex=True)
+    for ax, (name, per_run) in zip(
+        list(getattr(axes, "flat", [axes])), series.items(), strict=True
+    ):
+        for d, points in per_run.items():
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="." if len(points) < 50 else None,
+                        label=d.name)  # fmt: skip
+        ax.set_ylabel(name, fontsize=8)
+    if len(runs) > 1:
+        fig.axes[0].legend(fontsize=8)
+    fig.supxlabel("step")
+    fig.tight_layout()
+    fig.savefig(out)
+    print(f"tachy: wrote {out} ({len(series)} curves of {len(runs)} runs)", file=sys.stderr)
+    return 0
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _write_csv(run: tuple[Path, list[dict]], out: Path | None, *, reason: str | None) -> int:
+    """One run's metrics as CSV, and a text summary of its curves on stderr."""
+    directory, rows = run
+    out = Path(out or directory / "metrics.csv")
     columns = ["step", *[k for k in rows[0] if k != "step"]]
     columns += sorted({k for r in rows for k in r} - set(columns))
     with out.open("w", encoding="utf-8", newline="") as f:
@@ -570,14 +597,16 @@ def run_plot(args: argparse.Namespace) -> int:
                 "" if v is None else json.dumps(v) if isinstance(v, dict | list) else v
                 for v in cells
             )
-    print(f"tachy: matplotlib is not installed; wrote the metrics as CSV to {out}", file=sys.stderr)
+    why = f" (matplotlib is {reason})" if reason else ""
+    print(f"tachy: wrote the metrics as CSV to {out}{why}", file=sys.stderr)
     print(f"{len(rows)} steps ({rows[0]['step']}..{rows[-1]['step']})", file=sys.stderr)
+    series = {k: [r[k] for r in rows if _number(r.get(k))] for k in PLOTTED}
     width = max(map(len, series), default=0)
-    for name, points in series.items():
-        values = [v for _, v in points]
-        print(
-            f"{name:>{width}}  first {values[0]:<10.4g} last {values[-1]:<10.4g} "
-            f"min {min(values):<10.4g} {sparkline(values)}",
-            file=sys.stderr,
-        )
+    for name, values in series.items():
+        if values:
+            print(
+                f"{name:>{width}}  first {values[0]:<10.4g} last {values[-1]:<10.4g} "
+                f"min {min(values):<10.4g} {sparkline(values)}",
+                file=sys.stderr,
+            )
     return 0

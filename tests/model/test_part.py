@@ -12,9 +12,10 @@ import pytest
 import torch
 
 from model.base import INSTALL_HINT, base_gguf
+from model.checkpoint import sha256_file
 from model.hf import CheckpointError
 from model.importer import import_model
-from model.part import _merge, assemble, initial_part, upcycled_base, write_part
+from model.part import _merge, assemble, initial_part, read_record, upcycled_base, write_part
 from model.policy import BUNDLED, bundled_checkpoint, local_policy
 from model.upcycle import Upcycle
 
@@ -137,3 +138,19 @@ def test_cli_writes_a_part_and_refuses_bad_combinations(tmp_path) -> None:
     written = json.loads((tmp_path / "p" / "part.json").read_text())
     shipped = json.loads((bundled_checkpoint() / "part.json").read_text())
     assert written == shipped  # the bundled part is what this command writes
+
+
+def test_the_warm_up_part_in_the_repository_is_whole_and_on_the_same_base() -> None:
+    """model/weights/tachy-smollm2-warmup (issue 18's SFT, RL's init): its bytes match
+    its record, it upcycles the same base the same way as the bundled part, and it holds
+    rank-16 deltas on every attention projection (checked without assembling it)."""
+    warm = PROJECT / "model" / "weights" / "tachy-smollm2-warmup"
+    record, bundled = read_record(warm), read_record(bundled_checkpoint())
+    weights = warm / "part.safetensors"
+    assert weights.stat().st_size == record["size"] <= 30 * 2**20
+    assert sha256_file(weights) == record["sha256"]
+    assert record["base"] == bundled["base"] and record["upcycle"] == bundled["upcycle"]
+    layers = sum(n.endswith(".mlp.gate.weight") for n in bundled["tensors"])
+    deltas = [n for n in record["tensors"] if n.endswith("_proj.weight.lora_a")]
+    assert len(deltas) == 4 * layers  # q, k, v, o in every layer
+    assert {record["tensors"][n][1][0] for n in deltas} == {16}

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from agent import events as ev
 from agent.policy import PolicyError, register_policy
 from training.eval.run import EvalSettings, load_results, run_eval, summarize
 from training.eval.stats import bootstrap_ci, pass_at_k
@@ -120,11 +121,15 @@ def test_eval_reports_pass_at_1_per_project_and_the_shape_of_the_runs(taskset, t
     results = tmp_path / "out" / "results.jsonl"
     run = tachy(
         "eval", str(taskset), "--policy", f"replay:{turns}", "--workers", "2", "--json",
-        "--results", str(results), cwd=tmp_path,
+        "--results", str(results), "--transcripts", str(tmp_path / "runs"), cwd=tmp_path,
     )  # fmt: skip
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     assert report["pass_at_1"]["value"] == 0.5 and report["scored_tasks"] == 2
+    # Each attempt's transcript, as `tachy agent --transcript` writes it.
+    events = ev.read_transcript(tmp_path / "runs" / "adder-1.0.jsonl")
+    assert isinstance(events[0], ev.RunStart) and isinstance(events[-1], ev.Final)
+    assert sum(isinstance(e, ev.ToolCall) for e in events) == 3
     assert report["projects"]["adder"]["value"] == 1.0
     assert report["projects"]["clamper"]["value"] == 0.0
     assert report["well_formed_share"] == 1.0 and report["tool_calls"] == 6

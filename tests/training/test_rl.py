@@ -317,13 +317,20 @@ def test_tachy_train_rl_two_steps_then_resume(init_dir, taskset, tmp_path):
     assert read_state(tmp_path / "out")["step"] == 3
 
 
-def test_format_reward_shapes_only_the_training_reward(init_dir, tok):
+def test_format_reward_and_turn_cost_shape_only_the_training_reward(init_dir, tok):
     trainer = RLTrainer(load(init_dir), tok, config(format_reward=0.5))
     worked = RolloutResult("g1.0", "t", "scored", 1.0, "end_turn", 0.1, tool_calls=4, tool_errors=1)
     silent = RolloutResult("g1.1", "t", "scored", 0.0, "end_turn", 0.1)
     assert trainer.reward(worked) == 1.0 + 0.5 * 0.75
     assert trainer.reward(silent) == 0.0
     assert RLTrainer(load(init_dir), tok, config()).reward(worked) == 1.0
+    # a cost per turn: the same solve in fewer turns scores higher
+    quick = RolloutResult("g2.0", "t", "scored", 1.0, "end_turn", 0.1, turns=2)
+    slow = RolloutResult("g2.1", "t", "scored", 1.0, "end_turn", 0.1, turns=6)
+    costly = RLTrainer(load(init_dir), tok, config(turn_cost=0.02))
+    assert costly.reward(quick) == pytest.approx(0.96) and costly.reward(slow) == pytest.approx(
+        0.88
+    )
 
 
 def test_bad_inputs_are_refused_before_anything_is_written(init_dir, taskset, tmp_path):

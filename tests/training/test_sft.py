@@ -409,9 +409,12 @@ def test_cli_pretrain_then_sft(corpus: Path, tmp_path: Path, repo_root: Path):
 
     LocalPolicy(sft, max_seq=256)  # usable as --policy local:DIR
 
-    r = tachy("train", "plot", str(sft), cwd=repo_root)
+    r = tachy("train", "plot", str(sft), str(pre), "--out", str(sft / "both.png"), cwd=repo_root)
     assert r.returncode == 0, r.stderr
-    assert (sft / "metrics.csv").read_text().startswith("step,loss,")
+    assert (sft / "both.png").read_bytes().startswith(b"\x89PNG") and "of 2 runs" in r.stderr
+    r = tachy("train", "plot", str(sft), "--out", str(sft / "m.csv"), cwd=repo_root)
+    assert r.returncode == 0, r.stderr
+    assert (sft / "m.csv").read_text().startswith("step,loss,") and "first" in r.stderr
 
 
 @pytest.mark.parametrize(

@@ -78,6 +78,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="where attempts are kept (JSONL; default: eval-TASKSNAME.jsonl here)",
     )
+    p.add_argument(
+        "--transcripts",
+        type=path_arg,
+        metavar="DIR",
+        help="write each attempt's events to DIR/TASK.ATTEMPT.jsonl (to read why runs fail)",
+    )
     p.add_argument("--resume", action="store_true", help="continue the evaluation in --results")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
 
@@ -124,7 +130,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"tachy eval: {args.policy} on {args.tasks}; results in {results}", file=sys.stderr)
     try:
         attempts = asyncio.run(
-            run_eval(settings, results, workers=args.workers, resume=args.resume, on_attempt=show)
+            run_eval(
+                settings,
+                results,
+                workers=args.workers,
+                resume=args.resume,
+                on_attempt=show,
+                transcripts=args.transcripts,
+            )
         )
     except TaskError as exc:
         return _err(str(exc))

@@ -25,6 +25,7 @@ from statistics import mean
 
 import msgspec
 
+from agent.events import TranscriptWriter
 from agent.policy import CONTEXT_FULL, Policy, PolicyError, load_policy
 from training.env.episode import Episode, run_episode
 from training.env.pool import EnvError, EnvLimits, EnvPool
@@ -198,10 +199,13 @@ async def run_eval(
     workers: int = 1,
     resume: bool = False,
     on_attempt: Callable[[Attempt, int, int], None] | None = None,
+    transcripts: str | Path | None = None,
 ) -> list[Attempt]:
     """Run the attempts the results file does not hold yet (all of them unless
     `resume`), `workers` at a time; returns every attempt of the evaluation, the
-    file's included. `on_attempt(attempt, done, total)` hears of each as it ends."""
+    file's included. `on_attempt(attempt, done, total)` hears of each as it ends.
+    With `transcripts`, each attempt's events go to TRANSCRIPTS/TASK.ATTEMPT.jsonl
+    as they happen (the transcript format of `tachy agent --transcript`)."""
     results = Path(results)
     taskset = Path(settings.taskset)
     tasks = load_tasks(taskset)[: settings.limit]
@@ -228,11 +232,16 @@ async def run_eval(
         out.writelines(_encoder.encode(a) + b"\n" for a in kept)
     os.replace(scratch, results)
     with open(results, "ab") as sink:  # then each new attempt as it finishes
-        new = await _run_attempts(settings, taskset, todo, workers, sink, on_attempt)
+        new = await _run_attempts(
+            settings, taskset, todo, workers, sink, on_attempt,
+            Path(transcripts) if transcripts is not None else None,
+        )  # fmt: skip
     return kept + new
 
 
-async def _run_attempts(settings, taskset, todo, workers, sink, on_attempt) -> list[Attempt]:
+async def _run_attempts(
+    settings, taskset, todo, workers, sink, on_attempt, transcripts
+) -> list[Attempt]:
     if not todo:
         return []
     policies = _Policies(settings)
@@ -248,7 +257,7 @@ async def _run_attempts(settings, taskset, todo, workers, sink, on_attempt) -> l
 
             async def one(task: Task, index: int) -> None:
                 async with gate:
-                    attempt = await _attempt(pool, policies, task, index)
+                    attempt = await _attempt(pool, policies, task, index, transcripts)
                 finished.append(attempt)
                 sink.write(_encoder.encode(attempt) + b"\n")
                 sink.flush()
@@ -261,7 +270,9 @@ async def _run_attempts(settings, taskset, todo, workers, sink, on_attempt) -> l
     return finished
 
 
-async def _attempt(pool: EnvPool, policies: _Policies, task: Task, index: int) -> Attempt:
+async def _attempt(
+    pool: EnvPool, policies: _Policies, task: Task, index: int, transcripts: Path | None
+) -> Attempt:
     try:
         policy = await asyncio.to_thread(policies.for_attempt, task, index)
     except PolicyError as exc:
@@ -271,11 +282,16 @@ async def _attempt(pool: EnvPool, policies: _Policies, task: Task, index: int) -
     except EnvError as exc:
         await policy.aclose()
         return _unscored(task, index, f"no sandbox for the task: {exc}")
+    writer = TranscriptWriter(transcripts / f"{task.id}.{index}.jsonl") if transcripts else None
     try:
-        episode = await run_episode(env, policy, max_turns=policies.settings.max_turns)
+        episode = await run_episode(
+            env, policy, max_turns=policies.settings.max_turns, on_event=writer
+        )
     except EnvError as exc:  # the sandbox failed (its tests could not run): not the policy's
         return _unscored(task, index, f"the sandbox failed: {exc}")
     finally:
+        if writer is not None:
+            writer.close()
         await asyncio.to_thread(pool.release, env)
         await policy.aclose()
     counts = {

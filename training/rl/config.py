@@ -21,7 +21,11 @@ PATH_KEYS = ("tasks", "heldout_tasks", "init", "workdir")
 @dataclass
 class RLConfig:
     tasks: str  # task set directory (tachy tasks build)
-    init: str  # the checkpoint to start from (the SFT warm-up)
+    # the checkpoint to start from (the SFT warm-up): a full checkpoint trains every
+    # weight; a part of tachy's model (part.json) keeps the base frozen and trains
+    # attention adapters of rank lora_rank plus the norms and routers (training.sft.adapters)
+    init: str
+    lora_rank: int = 16
     heldout_tasks: str | None = None  # task set for the held-out solve rate
     # >0: hold out this fraction of `tasks` (by task id, training.sft.data.is_heldout) for the
     # solve rate instead, and never train on them
@@ -43,6 +47,9 @@ class RLConfig:
     # model that never solves a task gets no signal from the tests alone; this shaping
     # rewards calls that work. Metrics' "reward" stays the tests' own.
     format_reward: float = 0.0
+    # minus turn_cost per turn the run took: of two runs that solve a task the shorter
+    # scores higher (speed is part of quality); 0 trains on the tests' reward alone
+    turn_cost: float = 0.0
     # actors
     inference_actors: int = 1
     inference_batch: int = 8
@@ -74,11 +81,15 @@ class RLConfig:
             "group_size", "groups_per_step", "max_turns", "max_tokens", "max_new_tokens",
             "rollout_timeout_s", "command_timeout_s", "inference_actors", "inference_batch",
             "rollout_workers", "envs_per_worker", "micro_batch", "steps", "eval_tasks",
+            "lora_rank",
         ]  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("overprovision", "max_staleness", "eval_every", "save_every", "format_reward"):
+        for name in (
+            "overprovision", "max_staleness", "eval_every", "save_every", "format_reward",
+            "turn_cost",
+        ):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.group_size < 2:

@@ -30,8 +30,9 @@ Trainer idle fraction: the share of a step's wall time (since the previous step'
 update and sync ended) the trainer spent waiting for rollouts.
 
 Checkpoints (every `save_every` steps and the last): the model (loadable as
-`local:DIR`), the optimizer, the step (= the policy version), RNG states and the task
-sampler's position, written like the SFT trainer's. `resume` restores all of it: from
+`local:DIR`; a part of tachy's model when `init` is one, its adapters trained), the
+optimizer, the step (= the policy version), RNG states and the task sampler's
+position, written like the SFT trainer's. `resume` restores all of it: from
 the same batch the next update is bit-identical to the uninterrupted run's, and the
 task order continues where it stopped (the rollouts themselves are sampled anew).
 """
@@ -51,13 +52,18 @@ import ray
 import torch
 
 from model.checkpoint import load
-from model.tokenizer import TokenizerError, find_tokenizer
+from model.hf import CheckpointError
+from model.model import Model
+from model.part import is_part
+from model.tokenizer import Tokenizer, TokenizerError, find_tokenizer
 from training.env.pool import EnvLimits
+from training.eval.stats import bootstrap_ci
 from training.rl.buffer import RolloutBuffer, TaskSampler
 from training.rl.config import RLConfig
 from training.rl.inference import InferenceActor
 from training.rl.rollout_worker import RolloutResult, RolloutSettings, RolloutWorker
 from training.rl.trainer import RLTrainer
+from training.sft.adapters import AdaptedModel
 from training.sft.common import (
     METRICS_FILE,
     TrainStateError,
@@ -82,16 +88,8 @@ class RLRun:
         self.config, self.out, self.log = config, Path(out), log
         if config.trainer_threads:
             torch.set_num_threads(config.trainer_threads)
-        source = self.out if resume else Path(config.init)
         state = read_state(self.out) if resume else None
-        try:
-            model = load(source)
-        except Exception as exc:
-            raise ValueError(f"cannot load the model from {source}: {exc}") from None
-        try:
-            self.tokenizer = find_tokenizer(source)
-        except TokenizerError as exc:
-            raise ValueError(f"local policy: {exc}") from None
+        model, self.tokenizer = self._open_model(resume)
         context = model.config.max_position_embeddings
         if config.max_tokens > context:
             raise ValueError(
@@ -114,6 +112,21 @@ class RLRun:
         self.buffer: RolloutBuffer | None = None  # made with the actors
         self._actors_up = False
 
+    def _open_model(self, resume: bool) -> tuple[Model | AdaptedModel, Tokenizer]:
+        """The model to train: adapters on a part of tachy's model (the base frozen), or
+        every weight of a full checkpoint; on resume, as the run in `out` left it."""
+        cfg, init = self.config, Path(self.config.init)
+        try:
+            if is_part(init):
+                model, tokenizer = AdaptedModel.from_part(init, rank=cfg.lora_rank, seed=cfg.seed)
+                if resume:
+                    model.load_adapters(self.out)
+                return model, tokenizer
+            source = self.out if resume else init
+            return load(source), find_tokenizer(source)
+        except (CheckpointError, TokenizerError, OSError, KeyError) as exc:
+            raise ValueError(f"cannot load the model to train from {init}: {exc}") from None
+
     # ------------------------------------------------------------------ actors
     def _start_actors(self) -> None:
         cfg = self.config
@@ -122,6 +135,8 @@ class RLRun:
                 num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
                 log_to_driver=False, logging_level="ERROR",
             )  # fmt: skip
+        # The actors start from the init (an adapter run's part, or the run's own checkpoint
+        # on resume) and get the trainer's weights at once.
         ckpt = str(self.out if (self.out / "manifest.json").is_file() else cfg.init)
         options = dict(
             max_batch=cfg.inference_batch, max_seq=cfg.max_tokens, temperature=cfg.temperature,
@@ -152,14 +167,18 @@ class RLRun:
             self.workers, self.inference, self.sampler, cfg.group_size, launched=launched
         )
         self._actors_up = True
+        self._sampler_seen = (0.0, 0)  # (busy seconds, tokens) the actors had reported
         self.sync_weights()
 
     def sync_weights(self) -> float:
         """Put the trainer's weights in the object store once; every inference actor loads
         them as the trainer's version. Returns the seconds until all have."""
         started = time.perf_counter()
-        ref = ray.put(self.trainer.model.sampling_state())
-        ray.get([a.set_weights.remote(self.trainer.version, ref) for a in self.inference])
+        partial = isinstance(self.trainer.model, AdaptedModel)  # only what adapters change
+        state = self.trainer.model.sampling_state()
+        self.sync_bytes = sum(t.numel() * t.element_size() for t in state.values())
+        ref = ray.put(state)
+        ray.get([a.set_weights.remote(self.trainer.version, ref, partial) for a in self.inference])
         return time.perf_counter() - started
 
     def close(self) -> None:
@@ -239,10 +258,11 @@ class RLRun:
                     "stale_masked": stale,
                     "carried_over": buffer.ready + buffer.running,
                     "weight_sync_s": round(sync_s, 4),
+                    "weight_sync_mb": round(self.sync_bytes / 2**20, 2),
                     "step_s": round(step_s, 3),
                     "trainer_idle_s": round(idle, 3),
                     "trainer_idle_frac": round(idle / step_s, 4) if step_s > 0 else 0.0,
-                }
+                } | self._sampler_metrics()
                 done = self.trainer.version == until
                 if self.heldout_ids and (
                     done or (cfg.eval_every and self.trainer.version % cfg.eval_every == 0)
@@ -269,18 +289,40 @@ class RLRun:
             for i, task_id in enumerate(self.heldout_ids)
         ]
         results = ray.get(refs)
+        self._sampler_metrics()  # the evaluation's decoding is no step's
         m = self._rollout_metrics(results)
         # Solved: the agent ended its run itself and the tests pass; a run cut by a limit
-        # counts as unsolved here, whatever its tests say.
-        solved = sum(r.reward > 0 and not r.masked for r in results)
+        # counts as unsolved here, whatever its tests say (as tachy eval counts it).
+        solved = [float(r.reward > 0 and not r.masked) for r in results]
+        low, high = bootstrap_ci(solved, seed=self.config.seed)
+        shape = ("parallel_calls_per_turn", "tool_calls", "tool_error_frac", "well_formed_frac",
+                 "reads_before_edit", "codebase_searches", "turns", "tokens", "turns_solved",
+                 "tokens_solved")  # fmt: skip
+        return (
+            {
+                "heldout_solve_rate": round(statistics.fmean(solved), 4),
+                "heldout_solve_ci95": [round(low, 4), round(high, 4)],
+                "heldout_tasks": len(results),
+                "heldout_masked": sum(r.masked for r in results),
+                "heldout_solved": sorted(
+                    r.task_id for r, s in zip(results, solved, strict=True) if s
+                ),
+            }
+            | {f"heldout_{k}": m[k] for k in shape}
+            | {"eval_s": round(time.perf_counter() - started, 3)}
+        )
+
+    def _sampler_metrics(self) -> dict[str, float]:
+        """The inference actors' work since the last call: seconds decoding (summed over
+        actors) and generated tokens per second of it."""
+        stats = ray.get([a.stats.remote() for a in self.inference])
+        busy, tokens = sum(s["busy_s"] for s in stats), sum(s["tokens"] for s in stats)
+        last_busy, last_tokens = self._sampler_seen
+        self._sampler_seen = (busy, tokens)
+        busy, tokens = busy - last_busy, tokens - last_tokens
         return {
-            "heldout_solve_rate": round(solved / len(results), 4),
-            "heldout_tasks": len(results),
-            "heldout_masked": sum(r.masked for r in results),
-            "heldout_parallel_calls_per_turn": m["parallel_calls_per_turn"],
-            "heldout_tool_calls": m["tool_calls"],
-            "heldout_tool_error_frac": m["tool_error_frac"],
-            "eval_s": round(time.perf_counter() - started, 3),
+            "sampler_busy_s": round(busy, 3),
+            "sampler_tokens_per_s": round(tokens / busy, 2) if busy > 0 else 0.0,
         }
 
     @staticmethod
@@ -293,6 +335,7 @@ class RLRun:
             return round(statistics.fmean(values), 4) if values else 0.0
 
         seconds = [r.seconds for r in results]
+        solved = [r for r in scored if r.reward > 0]
         statuses: dict[str, int] = {}
         for r in results:
             statuses[r.status] = statuses.get(r.status, 0) + 1
@@ -310,8 +353,20 @@ class RLRun:
             "parallel_calls_per_turn": (
                 round(sum(r.tool_calls for r in results) / calls_turns, 4) if calls_turns else 0.0
             ),
+            "well_formed_frac": (
+                round(1 - sum(r.malformed_calls for r in results) / calls, 4) if calls else 0.0
+            ),
+            "reads_before_edit": mean([r.reads_before_edit for r in results]),
+            "edits": mean([r.edits for r in results]),
+            "codebase_searches": mean([r.codebase_searches for r in results]),
             "tokens": mean([r.tokens for r in results]),
+            "turns_solved": mean([r.turns for r in solved]),  # 0.0 when none solved
+            "tokens_solved": mean([r.tokens for r in solved]),
             "rollout_s_mean": mean(seconds),
+            # where a rollout's time went: waiting for the sampler, running tools, tests
+            "rollout_sample_s": mean([r.sample_s for r in results]),
+            "rollout_tools_s": mean([max(0.0, r.seconds - r.sample_s) for r in results]),
+            "rollout_test_s": mean([r.test_s for r in results]),
             "rollout_s_max": round(max(seconds), 3) if seconds else 0.0,
         }
 

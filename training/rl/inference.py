@@ -15,7 +15,9 @@ of a Sample comes from one policy version; they empty the prefix cache.
 
 Weight sync goes through the Ray object store: the trainer puts one state dict, every
 actor loads it in place (the compiled decode graph stays valid). Model.sampling_state
-quantizes MXFP8 experts on the trainer's side, as the sampler holds them. On GPUs the
+quantizes MXFP8 experts on the trainer's side, as the sampler holds them; an adapter
+trainer (tachy's model) ships only the merged attention weights and the small tensors
+it trains (AdaptedModel.sampling_state, `partial`), the frozen experts never move. On GPUs the
 same two calls would carry an NCCL broadcast instead (not built: no GPU here).
 
 `InferenceService` is the class without Ray (tests, and a trainer with no actors).
@@ -93,14 +95,17 @@ class InferenceService:
             g.token_ids, g.logprobs, g.experts, g.weights_version, g.text, g.finish_reason
         )
 
-    async def set_weights(self, version: int, weights: dict[str, Tensor]) -> float:
-        """Load the trainer's weights (Model.sampling_state) as `version`, between engine calls.
-        Returns the seconds it took, waiting for a running call included."""
+    async def set_weights(
+        self, version: int, weights: dict[str, Tensor], partial: bool = False
+    ) -> float:
+        """Load the trainer's weights (its model's sampling_state) as `version`, between
+        engine calls; `partial`: only the tensors an adapter trainer changes. Returns
+        the seconds it took, waiting for a running call included."""
         started = time.perf_counter()
 
         # on the engine's thread, between its calls
         await asyncio.wrap_future(
-            self.batcher.call(lambda: self.engine.load_weights(weights, version))
+            self.batcher.call(lambda: self.engine.load_weights(weights, version, partial=partial))
         )
         self.version = version
         seconds = time.perf_counter() - started

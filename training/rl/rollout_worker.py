@@ -17,12 +17,11 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import ray
 
-from model.tokenizer import find_tokenizer
+from model.checkpoint import open_tokenizer
 from training.env.actor import EnvService
 from training.env.episode import run_episode
 from training.env.pool import EnvLimits
@@ -55,7 +54,13 @@ class RolloutResult:
     tool_errors: int = 0  # calls answered with an error (malformed, bad path, no match...)
     turns_with_calls: int = 0
     parallel_calls_per_turn: float = 0.0
+    malformed_calls: int = 0  # calls the executor could not run as written
+    reads_before_edit: int = 0  # reading and searching calls before the first edit
+    edits: int = 0
+    codebase_searches: int = 0
     tokens: int = 0  # generated
+    sample_s: float = 0.0  # of `seconds`, waiting for the sampler; the rest ran tools
+    test_s: float = 0.0  # scoring by the task's tests (after `seconds`)
     versions: tuple[int, int] | None = None  # (oldest, newest) policy version sampled
     error: str = ""
     sequence: TokenSequence = field(default_factory=TokenSequence)
@@ -76,7 +81,7 @@ class RolloutService(EnvService):
         limits: EnvLimits | None = None,
     ) -> None:
         super().__init__(taskset_dir, size=size, workdir=workdir, limits=limits)
-        self.tokenizer = find_tokenizer(Path(checkpoint_dir))
+        self.tokenizer = open_tokenizer(checkpoint_dir)
         self.running: dict[str, asyncio.Event] = {}  # abort events by rollout id
 
     async def rl_rollout(
@@ -128,7 +133,13 @@ class RolloutService(EnvService):
             tool_errors=shape.tool_errors,
             turns_with_calls=shape.turns_with_calls,
             parallel_calls_per_turn=shape.parallel_calls_per_turn,
+            malformed_calls=shape.malformed_calls,
+            reads_before_edit=shape.reads_before_edit,
+            edits=shape.edits,
+            codebase_searches=shape.codebase_searches,
             tokens=policy.tokens_generated,
+            sample_s=round(policy.sample_s, 3),
+            test_s=episode.test_seconds,
             versions=policy.versions,
             error=episode.error or "",
             sequence=policy.sequence,

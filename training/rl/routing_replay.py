@@ -17,17 +17,18 @@ shape, on the hot path).
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from model.model import Model, MoE
-
-
-def moe_modules(model: Model) -> list[MoE]:
-    """The MoE modules in layer order: the order of ModelOutput.routing's first dim."""
-    return [layer.mlp for layer in model.layers if layer.is_moe]
+from model.model import MoE
 
 
-def check_experts(model: Model, experts: Tensor) -> None:
+def moe_modules(model: nn.Module) -> list[MoE]:
+    """The MoE modules in layer order: the order of ModelOutput.routing's first dim
+    (`model` a Model, or a module wrapping one: an adapted model)."""
+    return [m for m in model.modules() if isinstance(m, MoE)]
+
+
+def check_experts(model: nn.Module, experts: Tensor) -> None:
     """experts [moe_layers, B, L, k]: integer ids in [0, E) or whole rows of -1, distinct
     within a token. Raises ValueError naming the problem."""
     c = model.config

@@ -24,6 +24,7 @@ instead of scoring it as a failure.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
@@ -82,6 +83,7 @@ class TokenPolicy:
         self.stop: str | None = None  # the RolloutLimit that ended the run, if any
         self.tokens_generated = 0
         self.turns = 0
+        self.sample_s = 0.0  # waiting for the sampler (its queue and its decoding)
         self._seen = 0  # messages already in the sequence
         self._last: Sample | None = None
         self._end = tokenizer.token_to_id(IM_END)
@@ -119,7 +121,9 @@ class TokenPolicy:
         if budget <= 0:
             self.stop = TokenLimit.reason
             raise TokenLimit(f"the rollout reached its limit of {self.max_tokens} tokens")
+        started = time.perf_counter()
         sample = await self.sample(list(self.sequence.token_ids), budget, stop)
+        self.sample_s += time.perf_counter() - started
         versions = self.versions
         if (
             self.max_staleness is not None

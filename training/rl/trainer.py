@@ -46,7 +46,7 @@ class RLTrainer:
     def reward(self, r: RolloutResult) -> float:
         """The reward trained on (see RLConfig.format_reward)."""
         working = (r.tool_calls - r.tool_errors) / r.tool_calls if r.tool_calls else 0.0
-        return r.reward + self.config.format_reward * working
+        return r.reward + self.config.format_reward * working - self.config.turn_cost * r.turns
 
     def batch(self, results: list[RolloutResult]) -> tuple[list[TokenSequence], dict[str, Any]]:
         """The sequences that enter the loss, each with its advantage, and what was kept."""

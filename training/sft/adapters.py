@@ -9,6 +9,7 @@ tensors (norms, routers). The forward is the model's own, run on the merged weig
     adapted = AdaptedModel.from_part("model/weights/tachy-smollm2", rank=16)
     logits = adapted(ids)                       # the model on W + B A
     adapted.write_part("runs/sft")              # a part: the init's tensors + this delta
+    engine.load_weights(adapted.sampling_state(), partial=True)   # RL's weight sync
 
 A part written here holds the init part's replacements with the trained ones in their
 place, and its low-rank deltas with this run's appended along the rank (B1 A1 + B2 A2 =
@@ -26,7 +27,7 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from model.model import Model, RMSNorm
-from model.part import LORA, _read_record, _spec, assemble, write_part
+from model.part import LORA, assemble, part_spec, read_record, write_part
 from model.tokenizer import Tokenizer
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")  # attention projections get deltas
@@ -126,6 +127,16 @@ class AdaptedModel(nn.Module):
     def forward(self, *args, **kwargs):
         return functional_call(self.model, self.merged(), args, kwargs, strict=False)
 
+    def sampling_state(self) -> dict[str, Tensor]:
+        """What a sampler of the same part needs to sample from this model: the merged
+        attention weights and the full-trained small tensors (detached CPU copies, by
+        the Model's state-dict names; Engine.load_weights(..., partial=True)). The
+        frozen experts never change, so they are never shipped."""
+        with torch.no_grad():
+            state = {n: w.detach().clone() for n, w in self.merged().items()}
+            state |= {n: p.detach().clone() for n, p in self.full.items()}
+        return state
+
     # ------------------------------------------------------------------ parts
     def part_tensors(self) -> dict[str, Tensor]:
         """The part's tensors: the init part's, the full-trained ones replaced, this
@@ -143,7 +154,7 @@ class AdaptedModel(nn.Module):
         return tensors
 
     def write_part(self, path: str | Path) -> Path:
-        return write_part(self.part_tensors(), path, _spec(_read_record(self.init), self.init))
+        return write_part(self.part_tensors(), path, part_spec(read_record(self.init), self.init))
 
     def load_adapters(self, path: str | Path) -> None:
         """Set this run's trainable tensors from a part it wrote (a resumed run): the
