@@ -420,5 +420,6 @@ def test_every_path_argument_is_made_absolute_where_it_is_parsed(tmp_path, monke
     assert args.local == [tmp_path / "a", tmp_path.parent / "b"]
     args = parser.parse_args(["agent", "hi"])
     assert args.workspace == tmp_path and args.transcript is None
-    args = parser.parse_args(["train", "plot", "runs/rl", "--out", "~/m.csv"])
-    assert args.dir == tmp_path / "runs" / "rl" and args.out == Path.home() / "m.csv"
+    args = parser.parse_args(["train", "plot", "runs/rl", "../s1", "--out", "~/m.csv"])
+    assert args.dirs == [tmp_path / "runs" / "rl", tmp_path.parent / "s1"]
+    assert args.out == Path.home() / "m.csv"
