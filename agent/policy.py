@@ -236,11 +236,11 @@ class OpenAIPolicy:
         await self.client.aclose()
 
 
-def _replay_policy(rest: str, max_tokens: int | None = None) -> Policy:
+def _replay_policy(rest: str, max_tokens: int | None = None, runs: int = 1) -> Policy:
     return ReplayPolicy.from_file(rest)  # replayed turns are as long as they were
 
 
-def _openai_policy(rest: str, max_tokens: int | None = None) -> Policy:
+def _openai_policy(rest: str, max_tokens: int | None = None, runs: int = 1) -> Policy:
     base, _, model = rest.partition("#")
     if not base.startswith(("http://", "https://")) or not model:
         raise PolicyError(
@@ -250,7 +250,7 @@ def _openai_policy(rest: str, max_tokens: int | None = None) -> Policy:
     return OpenAIPolicy(base, model, max_tokens=max_tokens)
 
 
-# kind -> factory(the spec after "kind:", max_tokens=N or None) -> Policy.
+# kind -> factory(the spec after "kind:", max_tokens=N or None, runs=N) -> Policy.
 PolicyFactory = Callable[..., Policy]
 POLICY_FACTORIES: dict[str, PolicyFactory] = {"replay": _replay_policy, "openai": _openai_policy}
 
@@ -260,9 +260,12 @@ def register_policy(kind: str, factory: PolicyFactory) -> None:
     POLICY_FACTORIES[kind] = factory
 
 
-def load_policy(spec: str, *, max_tokens: int | None = None) -> Policy:
+def load_policy(spec: str, *, max_tokens: int | None = None, runs: int = 1) -> Policy:
     """Build a policy from its spec string (see the module docstring). `max_tokens`
-    bounds each turn the model writes (None: the policy's own default)."""
+    bounds each turn the model writes (None: the policy's own default); `runs`: how
+    many runs will use it at once (an in-process model decodes that many together)."""
+    if runs < 1:
+        raise PolicyError(f"runs must be at least 1, got {runs}")
     kind, sep, rest = spec.partition(":")
     if not sep or (not rest and kind != "local"):
         raise PolicyError(
@@ -273,4 +276,4 @@ def load_policy(spec: str, *, max_tokens: int | None = None) -> Policy:
     if factory is None:
         known = ", ".join(f"{k}:" for k in POLICY_FACTORIES)
         raise PolicyError(f"unknown policy kind {kind!r}; use {known}")
-    return factory(rest, max_tokens=max_tokens)
+    return factory(rest, max_tokens=max_tokens, runs=runs)

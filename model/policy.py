@@ -49,10 +49,12 @@ def bundled_checkpoint(name: str = BUNDLED[0]) -> Path:
     return path
 
 
-def local_policy(checkpoint_dir: str, max_tokens: int | None = None) -> LocalPolicy:
+def local_policy(checkpoint_dir: str, max_tokens: int | None = None, runs: int = 1) -> LocalPolicy:
     """The `local:CHECKPOINT_DIR` policy kind (see agent.policy.POLICY_FACTORIES): an
     empty directory means the default bundled model, and a bundled model's name
-    (`local:tachy-tiny`) that model, unless a directory of that name exists here."""
+    (`local:tachy-tiny`) that model, unless a directory of that name exists here.
+    Its engine decodes `runs` sequences together (never fewer than LocalPolicy's
+    default of 2)."""
     if not checkpoint_dir:
         path = bundled_checkpoint()
     elif checkpoint_dir in BUNDLED and not Path(checkpoint_dir).exists():
@@ -66,9 +68,10 @@ def local_policy(checkpoint_dir: str, max_tokens: int | None = None) -> LocalPol
             f"local policy: {path} is not a tachy checkpoint (no manifest.json or part.json); "
             "write one with `tachy model import`"
         )
-    if max_tokens is None:
-        return LocalPolicy(path)
-    return LocalPolicy(path, max_new_tokens=max_tokens)
+    options: dict = {"max_batch": max(2, runs)}
+    if max_tokens is not None:
+        options["max_new_tokens"] = max_tokens
+    return LocalPolicy(path, **options)
 
 
 class LocalPolicy:

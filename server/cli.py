@@ -499,7 +499,7 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
 
 
-def _local_policy(checkpoint_dir: str, max_tokens: int | None = None):
+def _local_policy(checkpoint_dir: str, max_tokens: int | None = None, runs: int = 1):
     """The local: policy kind: our own model, whose package (and torch) is imported only
     when such a policy is made, so that `tachy serve` starts without them."""
     try:
@@ -508,7 +508,7 @@ def _local_policy(checkpoint_dir: str, max_tokens: int | None = None):
         raise PolicyError(
             f"local policies need tachy's model package and torch, which cannot be imported: {exc}"
         ) from None
-    return local_policy(checkpoint_dir, max_tokens)
+    return local_policy(checkpoint_dir, max_tokens, runs)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -61,6 +61,17 @@ async def test_load_policy_local_streams_a_reply(checkpoint):
         await policy.aclose()
 
 
+async def test_a_local_policy_for_several_runs_decodes_them_together(checkpoint):
+    """`tachy eval --workers 4` on local: once decoded two attempts at a time."""
+    policy = load_policy(f"local:{checkpoint}", runs=4)
+    try:
+        assert policy.engine.max_batch == 4
+    finally:
+        await policy.aclose()
+    with pytest.raises(PolicyError, match="at least 1"):
+        load_policy(f"local:{checkpoint}", runs=0)
+
+
 async def test_stream_honours_stop_strings(checkpoint):
     policy = LocalPolicy(checkpoint, max_new_tokens=24)
     try:

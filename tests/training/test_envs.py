@@ -267,6 +267,23 @@ async def test_edit_reset_and_tests(taskset: Path, workdir: Path, strategy: str)
     assert_nothing_left(workdir)
 
 
+async def test_a_task_without_its_own_environment_runs_pytest_without_tachys_plugins(
+    taskset: Path, workdir: Path
+) -> None:
+    """tachy's own pytest plugins (pytest-asyncio's deprecation warning) are not the
+    task's: the model reads its tests' output only (and the scoring still works)."""
+    with EnvPool(taskset, size=1, workdir=workdir) as pool:
+        env = pool.acquire("calc-1")
+        is_error, content = await call_tool(
+            env.ctx, "run_terminal_cmd", command="python -m pytest -q -p no:cacheprovider tests"
+        )
+        assert not is_error and "1 failed, 1 passed" in content, content
+        assert "asyncio" not in content and "Warning" not in content, content
+        report = await env.run_tests()
+        assert report.outcomes["tests/test_ops.py::test_add"] == "failed"
+        pool.release(env)
+
+
 async def test_a_set_under_tmp_runs_in_its_own_environment(workdir: Path) -> None:
     """A set made in mktemp -d whose task has its own interpreter (a PyPI build's
     DIR/envs/NAME): the sandbox's private /tmp would hide it; the set is bound in."""

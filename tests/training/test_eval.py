@@ -191,7 +191,7 @@ class _DiesAfterOneTurn:
 def test_a_policy_that_dies_mid_eval_leaves_unscored_attempts_that_resume_reruns(taskset, tmp_path):
     import asyncio
 
-    register_policy("dying", lambda rest, max_tokens=None: _DiesAfterOneTurn())
+    register_policy("dying", lambda rest, max_tokens=None, runs=1: _DiesAfterOneTurn())
     results = tmp_path / "r.jsonl"
     settings = EvalSettings(taskset=str(taskset), policy="dying:server")
     attempts = asyncio.run(run_eval(settings, results))
@@ -201,7 +201,7 @@ def test_a_policy_that_dies_mid_eval_leaves_unscored_attempts_that_resume_reruns
     assert "connection refused" in report["unscored_attempts"][0]["error"]
     # the model server is back: resume runs exactly the unscored attempts again
     turns = replay_file(tmp_path, FIX_ADD)
-    register_policy("dying", lambda rest, max_tokens=None: load_replay(turns))
+    register_policy("dying", lambda rest, max_tokens=None, runs=1: load_replay(turns))
     attempts = asyncio.run(run_eval(settings, results, resume=True))
     assert sorted(a.status for a in attempts) == ["failed", "solved"]
     assert len(load_results(results)[1]) == 2
@@ -304,7 +304,7 @@ def test_cancelling_an_eval_stops_the_turn_being_generated(taskset, tmp_path):
     its engine busy, and the process alive, for the rest of the turn)."""
     import asyncio
 
-    register_policy("endless", lambda rest, max_tokens=None: _Endless())
+    register_policy("endless", lambda rest, max_tokens=None, runs=1: _Endless())
     settings = EvalSettings(taskset=str(taskset), policy="endless:model")
 
     async def main() -> None:

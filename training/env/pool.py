@@ -158,6 +158,12 @@ class Env:
         # task's interpreter, with the project's dependencies and pytest.
         bin_dir = os.path.dirname(task_python(self.pool.taskset_dir, self.task))
         config.env = {"PATH": f"{bin_dir}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+        if not self.task.env:
+            # A task without its own environment (a synthetic repository) runs tachy's
+            # interpreter, whose pytest plugins are tachy's, not the task's: loaded, they
+            # put a pytest-asyncio deprecation warning (~130 tokens) in every test run
+            # the model reads. Plugins a task needs come with its own environment.
+            config.env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
         return config
 
     def _test_config_paths(self) -> list[str]:

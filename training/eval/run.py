@@ -161,13 +161,15 @@ class _Policies:
     a session on it (its engine decodes concurrent attempts together); other kinds
     (replay:, openai:) are made anew for each attempt, so a replay starts over."""
 
-    def __init__(self, settings: EvalSettings) -> None:
+    def __init__(self, settings: EvalSettings, workers: int) -> None:
         self.settings = settings
+        self.workers = workers  # attempts at once: the in-process model's batch
         self.shared: Policy | None = None  # the in-process model, when it is one
         self.probe: Policy | None = None  # the first one made, which proved the spec works
 
     def open(self) -> None:
-        first = load_policy(self.settings.policy, max_tokens=self.settings.max_tokens)
+        s = self.settings
+        first = load_policy(s.policy, max_tokens=s.max_tokens, runs=self.workers)
         if hasattr(first, "session"):
             self.shared = first
         else:
@@ -244,7 +246,7 @@ async def _run_attempts(
 ) -> list[Attempt]:
     if not todo:
         return []
-    policies = _Policies(settings)
+    policies = _Policies(settings, workers)
     try:
         await asyncio.to_thread(policies.open)
     except PolicyError as exc:
