@@ -49,12 +49,14 @@ def bundled_checkpoint(name: str = BUNDLED[0]) -> Path:
     return path
 
 
+DEFAULT_BATCH = 2  # sequences a local engine decodes together unless told more
+
+
 def local_policy(checkpoint_dir: str, max_tokens: int | None = None, runs: int = 1) -> LocalPolicy:
     """The `local:CHECKPOINT_DIR` policy kind (see agent.policy.POLICY_FACTORIES): an
     empty directory means the default bundled model, and a bundled model's name
     (`local:tachy-tiny`) that model, unless a directory of that name exists here.
-    Its engine decodes `runs` sequences together (never fewer than LocalPolicy's
-    default of 2)."""
+    Its engine decodes `runs` sequences together (at least DEFAULT_BATCH)."""
     if not checkpoint_dir:
         path = bundled_checkpoint()
     elif checkpoint_dir in BUNDLED and not Path(checkpoint_dir).exists():
@@ -68,7 +70,7 @@ def local_policy(checkpoint_dir: str, max_tokens: int | None = None, runs: int =
             f"local policy: {path} is not a tachy checkpoint (no manifest.json or part.json); "
             "write one with `tachy model import`"
         )
-    options: dict = {"max_batch": max(2, runs)}
+    options: dict = {"max_batch": max(DEFAULT_BATCH, runs)}
     if max_tokens is not None:
         options["max_new_tokens"] = max_tokens
     return LocalPolicy(path, **options)
@@ -84,7 +86,7 @@ class LocalPolicy:
         *,
         tokenizer: str | Path | None = None,
         device: str = "cpu",
-        max_batch: int = 2,
+        max_batch: int = DEFAULT_BATCH,
         max_seq: int = 8192,
         compile: bool = False,
         max_new_tokens: int = 1024,

@@ -161,15 +161,15 @@ class _Policies:
     a session on it (its engine decodes concurrent attempts together); other kinds
     (replay:, openai:) are made anew for each attempt, so a replay starts over."""
 
-    def __init__(self, settings: EvalSettings, workers: int) -> None:
+    def __init__(self, settings: EvalSettings) -> None:
         self.settings = settings
-        self.workers = workers  # attempts at once: the in-process model's batch
         self.shared: Policy | None = None  # the in-process model, when it is one
         self.probe: Policy | None = None  # the first one made, which proved the spec works
 
-    def open(self) -> None:
+    def open(self, workers: int) -> None:
+        """Make the first policy; `workers` attempts will run at once (a local model's batch)."""
         s = self.settings
-        first = load_policy(s.policy, max_tokens=s.max_tokens, runs=self.workers)
+        first = load_policy(s.policy, max_tokens=s.max_tokens, runs=workers)
         if hasattr(first, "session"):
             self.shared = first
         else:
@@ -246,9 +246,9 @@ async def _run_attempts(
 ) -> list[Attempt]:
     if not todo:
         return []
-    policies = _Policies(settings, workers)
+    policies = _Policies(settings)
     try:
-        await asyncio.to_thread(policies.open)
+        await asyncio.to_thread(policies.open, workers)
     except PolicyError as exc:
         raise TaskError(f"the policy cannot be used: {exc}") from None
     limits = EnvLimits(rollout_timeout_s=settings.timeout_s)
