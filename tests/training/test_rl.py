@@ -231,6 +231,31 @@ def test_resume_reproduces_the_next_update_exactly(init_dir, tok, tmp_path, mode
     assert moved
 
 
+def test_a_ratio_against_the_trainer_leaves_the_samplers_noise_to_the_capped_weight(init_dir, tok):
+    service = InferenceService(str(init_dir), max_batch=1, max_seq=512, temperature=1.0, seed=5)
+    results = results_from(service, tok, ["add", "sub", "mul", "div"], group=2)
+    for r in results:  # a sampler whose log-probs are off by +-0.3, as MXFP8 rounding makes them
+        seq = r.sequence
+        seq.sampler_logprobs = [
+            lp + (0.3 if t % 2 else -0.3) * keep
+            for t, (lp, keep) in enumerate(zip(seq.sampler_logprobs, seq.loss_mask, strict=True))
+        ]
+    against_sampler = RLTrainer(load(init_dir), tok, config()).train_step(results)
+    assert against_sampler["clip_low"] + against_sampler["clip_high"] > 0
+    trainer = RLTrainer(load(init_dir), tok, config(ratio_against="trainer", is_cap=1.0))
+    before = {n: w.clone() for n, w in trainer.model.state_dict().items()}
+    m = trainer.train_step(results)
+    # the ratio is the trainer's own (exactly 1 before the step), so the clip never binds ...
+    assert m["ratio"] == 1.0 and m["clip_low"] == 0.0 and m["clip_high"] == 0.0
+    # ... and the sampler's difference shows as capped weights instead
+    assert m["logprob_mismatch"] == pytest.approx(against_sampler["logprob_mismatch"])
+    assert m["logprob_mismatch"] == pytest.approx(0.3, abs=1e-3)
+    assert m["is_capped"] == pytest.approx(0.5, abs=0.1)  # where the sampler said less
+    assert m["updated"] and any(
+        not torch.equal(w, before[n]) for n, w in trainer.model.state_dict().items()
+    )
+
+
 def test_groups_without_signal_leave_the_weights_alone(init_dir, tok):
     service = InferenceService(str(init_dir), max_batch=1, max_seq=512, seed=2)
     results = results_from(service, tok, ["a", "b"], group=2)
@@ -256,6 +281,8 @@ def test_task_sampler_continues_where_it_stopped():
 
 
 def test_config_errors(tmp_path):
+    with pytest.raises(ValueError, match="ratio_against must be one of"):
+        config(ratio_against="old").check()
     path = tmp_path / "rl.toml"
     path.write_text('tasks = "t"\ninit = "i"\ngroup_sise = 4\n')
     with pytest.raises(ValueError, match="unknown fields \\['group_sise'\\]"):

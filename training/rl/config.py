@@ -15,6 +15,7 @@ import msgspec
 
 from training.rl.loss import MODES
 
+RATIO_AGAINST = ("sampler", "trainer")
 PATH_KEYS = ("tasks", "heldout_tasks", "init", "workdir")
 
 
@@ -63,6 +64,11 @@ class RLConfig:
     clip_low: float | None = None  # default: the mode's
     clip_high: float | None = None
     is_cap: float | None = 2.0
+    # what the PPO ratio is taken against: "sampler" (DAPO: the sampler's log-probs, so
+    # the clip is also the trust region against stale weights) or "trainer" (the trainer's
+    # own log-probs before the step: the ratio starts at 1, and what the sampler differs
+    # by, stale weights or MXFP8 rounding noise, goes only into the weight capped at is_cap)
+    ratio_against: str = "sampler"
     replay_routing: bool = True
     lr: float = 2e-5
     weight_decay: float = 0.0
@@ -96,6 +102,10 @@ class RLConfig:
             raise ValueError("group_size must be at least 2 (advantages compare runs of a task)")
         if self.loss_mode not in MODES:
             raise ValueError(f"loss_mode must be one of {MODES}, got {self.loss_mode!r}")
+        if self.ratio_against not in RATIO_AGAINST:
+            raise ValueError(
+                f"ratio_against must be one of {RATIO_AGAINST}, got {self.ratio_against!r}"
+            )
         if self.temperature <= 0:
             raise ValueError("temperature must be > 0 (the loss needs the sampler's log-probs)")
         if self.lr <= 0:

@@ -95,9 +95,11 @@ class RLTrainer:
                     self.model, batch, replay_routing=cfg.replay_routing,
                     temperature=cfg.temperature,
                 )  # fmt: skip
+                # one optimiser step per batch: the trainer's log-probs before it are these
+                own = logprobs.detach() if cfg.ratio_against == "trainer" else None
                 loss, m = policy_loss(
                     logprobs, batch, mode=cfg.loss_mode, clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high, is_cap=cfg.is_cap,
+                    clip_high=cfg.clip_high, is_cap=cfg.is_cap, old_logprobs=own,
                 )  # fmt: skip
                 share = len(micro) / len(seqs) if per_seq else n_tok / total_tokens
                 (loss * share).backward()
