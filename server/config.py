@@ -19,6 +19,9 @@ class IndexSettings(msgspec.Struct, rename="camel", forbid_unknown_fields=True):
     enabled: bool = True
     # Embeddings for meaning-based search; lexical search works without them.
     dense: bool = True
+    # Which model makes them: "static" (tachy's code model, thousands of chunks a
+    # second) or "minilm" (a transformer, ~30 a second on two cores).
+    embedder: Literal["static", "minilm"] = "static"
     # Where the index lives (default: .tachy/index inside each workspace folder).
     cache_dir: str | None = None
 

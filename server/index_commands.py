@@ -23,6 +23,8 @@ from agent.cliargs import path_arg
 if TYPE_CHECKING:
     from index.indexer import CodeIndex
 
+EMBEDDERS = ("static", "minilm")  # index.embedder.EMBEDDERS, without importing numpy here
+
 
 def add_parsers(commands: argparse._SubParsersAction) -> None:
     index = commands.add_parser(
@@ -41,6 +43,14 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     )
     index.add_argument(
         "--cache-dir", type=path_arg, metavar="DIR", help="keep the index here instead"
+    )
+    index.add_argument(
+        "--embedder",
+        choices=EMBEDDERS,
+        default="static",
+        help="the model for search by meaning: static (tachy's code model, the default: "
+        "thousands of chunks a second) or minilm (a transformer, ~30 a second on two "
+        "cores); switching re-embeds the workspace",
     )
 
     search = commands.add_parser(
@@ -80,6 +90,11 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="the index's directory, if not PATH/.tachy/index",
     )
+    search.add_argument(
+        "--embedder",
+        choices=EMBEDDERS,
+        help="the model that embeds the query (default: the one the index was built with)",
+    )
 
 
 class Bar:
@@ -109,11 +124,19 @@ def _shown(text: str) -> str:
 
 
 def _open(
-    path: Path, cache_dir: Path | None, *, dense: bool = True, lock_timeout_s: float = 120
+    path: Path,
+    cache_dir: Path | None,
+    *,
+    dense: bool = True,
+    embedder: str | None = None,
+    lock_timeout_s: float = 120,
 ) -> CodeIndex:
     from index.indexer import CodeIndex
 
-    return CodeIndex(path, cache_dir=cache_dir, dense=dense, lock_timeout_s=lock_timeout_s)
+    return CodeIndex(
+        path, cache_dir=cache_dir, dense=dense, embedder=embedder or "recorded",
+        lock_timeout_s=lock_timeout_s,
+    )  # fmt: skip
 
 
 def _damaged(index: CodeIndex, error: Exception) -> int:
@@ -130,7 +153,7 @@ def run_index(args: argparse.Namespace) -> int:
     from index.indexer import CodeIndexError
 
     try:
-        index = _open(args.path, args.cache_dir, dense=not args.no_dense)
+        index = _open(args.path, args.cache_dir, dense=not args.no_dense, embedder=args.embedder)
     except CodeIndexError as exc:
         print(f"tachy: {exc}", file=sys.stderr)
         return 2
@@ -202,7 +225,7 @@ def run_search(args: argparse.Namespace) -> int:
     else:
         queries = [args.query]
     try:
-        index = _open(args.workspace, args.cache_dir, lock_timeout_s=2)
+        index = _open(args.workspace, args.cache_dir, embedder=args.embedder, lock_timeout_s=2)
     except CodeIndexError as exc:
         print(f"tachy: {exc}", file=sys.stderr)
         return 2

@@ -134,7 +134,7 @@ class FolderIndex:
                 self.root,
                 cache_dir=self.settings.cache_dir,
                 dense=self.settings.dense,
-                embedder="default" if self.settings.dense else None,
+                embedder=self.settings.embedder if self.settings.dense else None,
                 lock_timeout_s=5,
             )
         except CodeIndexError as exc:

@@ -126,6 +126,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     rl.add_argument("--seed", type=int, metavar="S", help="override the config's seed")
     rl.add_argument("--resume", action="store_true", help="continue the run saved in --out")
 
+    from training.embed import cli as embed_cli
+
+    embed_cli.add_parser(sub)
+
     plot = sub.add_parser(
         "plot",
         help="draw the curves of one run or several (seeds) as a PNG, or tabulate one",
@@ -176,6 +180,10 @@ def run(args: argparse.Namespace) -> int:
             return run_plot(args)
         if args.train_command == "rl":
             return run_rl(args)
+        if args.train_command == "embedder":
+            from training.embed import cli as embed_cli
+
+            return embed_cli.run(args)
         return run_training(args)
     except UsageError as exc:
         print(f"tachy: {exc}", file=sys.stderr)

@@ -12,18 +12,20 @@ import pytest
 from bench.codesearch import (
     EvalSet,
     Target,
-    blank_lines,
     build_eval_set,
-    find_candidates,
     first_relevant_rank,
-    first_sentence,
-    is_boilerplate,
     is_relevant,
     mrr_at_k,
     recall_at_k,
     reciprocal_rank,
-    usable_query,
     verify,
+)
+from training.embed.docstrings import (
+    blank_lines,
+    find_candidates,
+    first_sentence,
+    is_boilerplate,
+    usable_query,
 )
 
 

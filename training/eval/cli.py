@@ -3,6 +3,8 @@
     tachy eval runs/tasks-heldout --policy local: --json > eval.json
     tachy eval runs/tasks-heldout --policy local:runs/sft --attempts 4 --temperature 0.7
     tachy eval runs/tasks-heldout --policy local: --resume        # after a Ctrl-C
+    tachy eval runs/tasks-heldout --policy local: --teacher-forced --turns edit \
+        --attempts 8 --temperature 1                                # can it make the fix?
 
 Progress on stderr (a line per attempt, then the summary); `--json` prints one JSON
 document on stdout (tachy.eval.run.summarize). Results go to --results as they finish.
@@ -85,6 +87,21 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="write each attempt's events to DIR/TASK.ATTEMPT.jsonl (to read why runs fail)",
     )
     p.add_argument("--resume", action="store_true", help="continue the evaluation in --results")
+    p.add_argument(
+        "--teacher-forced",
+        action="store_true",
+        help="instead of free runs: let the scripted expert solve each task and score the "
+        "policy's next turn at each of the expert's turns (well formed, same tools, same "
+        "calls, the edit that fixes); minutes instead of an hour, no solve rate. "
+        "--attempts K samples each turn K times (needs --temperature above 0) and adds the "
+        "share of tasks where any of the K edits fixes",
+    )
+    p.add_argument(
+        "--turns",
+        metavar="WHICH",
+        help="with --teacher-forced: which of the expert's turns to ask: 'edit' or indices "
+        "like 0,2 (default: all)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
 
 
@@ -102,6 +119,10 @@ def run(args: argparse.Namespace) -> int:
             return _err(f"--{name.replace('_', '-')} must be at least 1")
     if args.timeout <= 0 or (args.temperature is not None and args.temperature < 0):
         return _err("--timeout must be positive and --temperature 0 or more")
+    if args.teacher_forced:
+        return run_teacher_forced(args)
+    if args.turns:
+        return _err("--turns goes with --teacher-forced only")
     import asyncio
 
     from training.eval.run import EvalSettings, run_eval, summarize
@@ -154,6 +175,103 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     return 1 if report["unscored_attempts"] else 0
+
+
+def run_teacher_forced(args: argparse.Namespace) -> int:
+    """`tachy eval --teacher-forced`: training/eval/turns.py."""
+    unused = [
+        flag for flag, value in (
+            ("--resume", args.resume), ("--results", args.results),
+            ("--transcripts", args.transcripts),
+        ) if value
+    ]  # fmt: skip
+    if unused:
+        verb = "does" if len(unused) == 1 else "do"
+        return _err(f"{', '.join(unused)} {verb} not go with --teacher-forced (no free runs)")
+    if args.attempts > 1 and not args.temperature:
+        return _err("--attempts above 1 needs --temperature above 0 (greedy samples are all alike)")
+    import asyncio
+
+    import msgspec
+
+    from training.eval.turns import parse_turns, probe_turns, summarize_turns
+    from training.tasks.taskset import TaskError
+
+    try:
+        parse_turns(args.turns)
+    except ValueError as exc:
+        return _err(f"--turns: {exc}")
+
+    started = time.monotonic()
+
+    def show(task_id: str, scores, done: int, total: int) -> None:
+        by_turn: dict[int, list] = {}
+        for s in scores:
+            by_turn.setdefault(s.turn, []).append(s)
+        marks = " ".join(
+            "".join(
+                "=" if s.exact else "~" if s.same_tools else "x" if not s.well_formed else "-"
+                for s in samples
+            )
+            + ("F" * min(1, fixes) if len(samples) == 1 else f"F{fixes}" if fixes else "")
+            for samples in by_turn.values()
+            for fixes in [sum(bool(s.fixes) for s in samples)]
+        )
+        print(f"[{done}/{total} {time.monotonic() - started:5.0f}s] {task_id}: {marks}",
+              file=sys.stderr, flush=True)  # fmt: skip
+
+    print(
+        f"tachy eval --teacher-forced: {args.policy} on {args.tasks} (per expert turn: "
+        "= same calls, ~ same tools, - other tools, x malformed, F the edit fixes)",
+        file=sys.stderr,
+    )
+    try:
+        scores = asyncio.run(
+            probe_turns(
+                args.tasks, args.policy, workers=args.workers, limit=args.limit,
+                max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
+                attempts=args.attempts, turns=args.turns, on_task=show,
+            )
+        )  # fmt: skip
+    except TaskError as exc:
+        return _err(str(exc))
+    except KeyboardInterrupt:
+        print("tachy: interrupted", file=sys.stderr)
+        return 130
+    report = {"settings": {"taskset": str(args.tasks.resolve()), "policy": args.policy,
+                           "max_tokens": args.max_tokens, "temperature": args.temperature,
+                           "turns": args.turns or "all"}}  # fmt: skip
+    report |= summarize_turns(scores, seed=args.seed)
+    print(human_turns(report), file=sys.stderr)
+    if args.json:
+        report["scores"] = msgspec.to_builtins(scores)
+        print(json.dumps(report, indent=2))
+    return 0
+
+
+def human_turns(report: dict) -> str:
+    def rate(r: dict) -> str:
+        if r["value"] is None:
+            return "-"
+        return f"{r['value']:.0%} [{r['ci95'][0]:.0%}, {r['ci95'][1]:.0%}]"
+
+    a = report["all"]
+    lines = [
+        f"{report['turns']} turns of {report['tasks']} tasks: well formed {rate(a['well_formed'])}, "
+        f"same tools {rate(a['same_tools'])}, same calls {rate(a['exact'])}; "
+        f"the edit fixes {rate(report['fixes'])}"
+        + (
+            f", any of {report['attempts']} edits fixes {rate(report['fixes_any'])} of tasks"
+            if report["attempts"] > 1
+            else ""
+        )
+    ]
+    for turn, r in report["per_turn"].items():
+        lines.append(
+            f"  turn {turn} ({r['expert_tools']}): well formed {rate(r['well_formed'])}, "
+            f"same tools {rate(r['same_tools'])}, same calls {rate(r['exact'])}"
+        )
+    return "\n".join(lines)
 
 
 def _builtins(settings) -> dict:

@@ -38,14 +38,15 @@ class DemoSummary(msgspec.Struct, kw_only=True):
     seconds: float
 
 
-async def expert_episode(pool: EnvPool, task: Task) -> Episode:
-    """The expert's run of one task in a sandbox from `pool` (released afterwards)."""
+async def expert_episode(pool: EnvPool, task: Task) -> tuple[Episode, str]:
+    """The expert's run of one task in a sandbox from `pool` (released afterwards), and
+    the buggy source of the mutated file it started from ("" without a mutation)."""
     env = await asyncio.to_thread(pool.acquire, task)
     try:
         mutation = task.metadata.mutation
         source = env.workspace.read_bytes(mutation.path).decode() if mutation else ""
         policy = ExpertPolicy(task, source)
-        return await run_episode(env, policy, max_turns=len(policy.turns))
+        return await run_episode(env, policy, max_turns=len(policy.turns)), source
     finally:
         await asyncio.to_thread(pool.release, env)
 
@@ -84,7 +85,7 @@ async def write_demos(
         async def one(task: Task) -> None:
             nonlocal solved
             async with gate:
-                episode = await expert_episode(pool, task)
+                episode, _ = await expert_episode(pool, task)
             if on_episode is not None:
                 on_episode(task, episode)
             if episode.score.reward == 1.0:

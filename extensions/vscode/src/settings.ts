@@ -10,7 +10,7 @@ export interface ServerSettings {
     maxTurns?: number;
     sandbox?: "auto" | "bubblewrap" | "none";
     allowSecrets?: boolean;
-    index?: { enabled?: boolean; dense?: boolean };
+    index?: { enabled?: boolean; dense?: boolean; embedder?: "static" | "minilm" };
 }
 
 /** Server settings from a `tachy` configuration section. An unset policy is left out,
@@ -37,7 +37,7 @@ export function serverSettings(get: Get): ServerSettings {
     if (typeof allowSecrets === "boolean") {
         settings.allowSecrets = allowSecrets;
     }
-    const index: { enabled?: boolean; dense?: boolean } = {};
+    const index: NonNullable<ServerSettings["index"]> = {};
     const enabled = get<boolean>("index.enabled");
     const dense = get<boolean>("index.dense");
     if (typeof enabled === "boolean") {
@@ -45,6 +45,10 @@ export function serverSettings(get: Get): ServerSettings {
     }
     if (typeof dense === "boolean") {
         index.dense = dense;
+    }
+    const embedder = get<string>("index.embedder");
+    if (embedder === "static" || embedder === "minilm") {
+        index.embedder = embedder;
     }
     if (Object.keys(index).length > 0) {
         settings.index = index;

@@ -17,6 +17,7 @@ test("the server's settings, and only those", () => {
             allowSecrets: true,
             "index.enabled": true,
             "index.dense": false,
+            "index.embedder": "minilm",
             serverPath: "/x/tachy",
             pythonPath: "/x/python",
             "trace.server": "verbose",
@@ -28,7 +29,7 @@ test("the server's settings, and only those", () => {
         maxTurns: 7,
         sandbox: "none",
         allowSecrets: true,
-        index: { enabled: true, dense: false },
+        index: { enabled: true, dense: false, embedder: "minilm" },
     });
 });
 
@@ -38,5 +39,10 @@ test("an unset policy is left out, so TACHY_POLICY still applies", () => {
 });
 
 test("values of the wrong kind are left to the server's defaults", () => {
-    assert.deepEqual(serverSettings(getter({ approval: "sometimes", sandbox: 3, maxTurns: "9" })), {});
+    assert.deepEqual(
+        serverSettings(
+            getter({ approval: "sometimes", sandbox: 3, maxTurns: "9", "index.embedder": "bert" }),
+        ),
+        {},
+    );
 });

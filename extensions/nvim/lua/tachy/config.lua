@@ -12,7 +12,7 @@ M.defaults = {
   sandbox = nil, -- "auto" | "bubblewrap" | "none"
   allowSecrets = nil,
   maxTurns = nil,
-  index = nil, -- { enabled = true, dense = true, cacheDir = nil }
+  index = nil, -- { enabled = true, dense = true, embedder = "static", cacheDir = nil }
   -- A buffer's workspace folder: the nearest directory above it holding one of these;
   -- without one, the file's own directory.
   root_markers = { ".git" },

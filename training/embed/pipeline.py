@@ -1,0 +1,130 @@
+"""The code embedder's whole recipe, from the standard library to a model directory.
+
+    mine     the training part of the split (training/configs/embed-split.json):
+             every chunk, and (query, code) pairs from docstrings and comments
+    distil   MiniLM -> one vector per vocabulary entry, PCA, SIF weights counted on
+             the training part (training.embed.distill)
+    teach    MiniLM's vectors of the pairs' queries and of every training chunk (the
+             slow step, ~10 min on two cores: cached in CACHE/teacher.npz, default
+             ~/.cache/tachy/embed, reused while the corpus is unchanged)
+    train    contrastive on the pairs + fitting MiniLM's chunk vectors
+             (training.embed.train)
+    save     OUT/{config.json, tokenizer.json, vectors.safetensors}: what
+             index.static_embedder.StaticEmbedder loads
+    evaluate dense MRR@10 / Recall@10 on the evaluation part (functions' docstrings)
+
+Nothing of the evaluation part is read before the last step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from training.embed.train import TrainSettings
+
+
+@dataclass
+class Recipe:
+    """What the shipped model was built with (tuned on a part of the training units,
+    bench/RESULTS.md)."""
+
+    dim: int = 256
+    sif: float = 1e-4
+    train: TrainSettings = field(
+        default_factory=lambda: TrainSettings(epochs=6, lr=3e-3, regress_weight=3.0)
+    )
+
+
+def default_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tachy" / "embed"
+
+
+def _texts_key(texts: list[str]) -> str:
+    h = hashlib.blake2b(digest_size=16)
+    for t in texts:
+        h.update(t.encode("utf-8", "surrogatepass") + b"\0")
+    return h.hexdigest()
+
+
+def teacher_vectors(teacher, texts: list[str], cache: Path, name: str) -> np.ndarray:
+    """MiniLM's vectors of `texts`, from `cache` (an .npz) when it holds them for exactly
+    these texts, else computed and added to it."""
+    key = _texts_key(texts)
+    stored: dict[str, np.ndarray] = {}
+    if cache.is_file():
+        with np.load(cache) as saved:
+            stored = {k: saved[k] for k in saved.files}
+        if stored.get(f"{name}_key") is not None and str(stored[f"{name}_key"]) == key:
+            return stored[name]
+    vectors = teacher.embed(texts)
+    stored[name], stored[f"{name}_key"] = vectors, np.array(key)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(cache, **stored)
+    return vectors
+
+
+def build(
+    out: Path, recipe: Recipe, *, cache: Path | None = None, log: Callable[[str], None] = print
+) -> dict:
+    """Run the recipe into `out` (teacher vectors cached in `cache`, default
+    default_cache()); returns the record written to its config.json."""
+    from index.embedder import MiniLMEmbedder
+    from index.static_embedder import StaticEmbedder
+    from training.embed.distill import distill, plain_tokenizer, save_model
+    from training.embed.evaluate import evaluate
+    from training.embed.pairs import mine_corpus, unit_texts
+    from training.embed.split import read_split
+    from training.embed.train import train
+
+    started = time.monotonic()
+    split = read_split()
+    corpus = mine_corpus(split["train"], more=True)
+    log(
+        f"mined {len(corpus.pairs)} pairs, {len(corpus.chunks)} chunks from {len(split['train'])} training units"
+    )
+    teacher = MiniLMEmbedder(batch_size=512)
+    vectors, info = distill(
+        unit_texts(split["train"]), dim=recipe.dim, sif=recipe.sif, teacher=teacher
+    )
+    log(f"distilled {info['kept_tokens']} token vectors ({time.monotonic() - started:.0f} s)")
+    settings = recipe.train
+    tq = tc = None
+    chunks = corpus.texts()
+    if settings.distill_weight or settings.regress_weight:
+        store = (cache or default_cache()) / "teacher.npz"
+        log(f"MiniLM's vectors of the training texts (cached in {store}) ...")
+        tq = teacher_vectors(teacher, [p.query for p in corpus.pairs], store, "queries")
+        tc = teacher_vectors(teacher, chunks, store, "chunks")
+        log(f"  done ({time.monotonic() - started:.0f} s)")
+
+    def show(epoch: int, _table: np.ndarray, loss: float) -> None:
+        log(f"epoch {epoch}/{settings.epochs}: loss {loss:.4f}")
+
+    trained = train(
+        vectors, plain_tokenizer(teacher.model_dir), corpus.pairs, settings,
+        teacher_queries=tq, teacher_codes=None if tc is None else tc[[p.chunk for p in corpus.pairs]],
+        regress_texts=chunks, regress_targets=tc, on_epoch=show,
+    )  # fmt: skip
+    record = {
+        **info,
+        "train": settings.as_dict(),
+        "pairs": len(corpus.pairs),
+        "chunks": len(corpus.chunks),
+        "split": "training/configs/embed-split.json",
+    }
+    save_model(out, trained, teacher.model_dir, record)
+    record["eval"] = evaluate(StaticEmbedder(out), mine_corpus(split["eval"]))
+    record["seconds"] = round(time.monotonic() - started, 1)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, **record}, indent=1) + "\n")
+    log(f"held-out (evaluation part): {record['eval']}")
+    return record

@@ -1,0 +1,139 @@
+"""Contrastive training of the static code embedder on (docstring sentence, code) pairs.
+
+The model is the distilled table of token vectors (training.embed.distill); a text's
+vector is the normalised sum of its tokens' vectors, for queries and code alike. Each
+step takes a batch of pairs and asks every query to pick its own code among the
+batch's (InfoNCE with in-batch negatives, both directions: query -> code and code ->
+query). Two pairs whose code is the same chunk are not each other's negatives.
+
+With `distill_weight` > 0 the batch's similarities are also pulled toward MiniLM's on
+the same texts (a KL divergence between the two models' softmaxed query-code
+similarity rows): the transformer's judgement of which code is near which sentence,
+on code, keeps the static model from forgetting what it was distilled from while it
+learns the vocabulary of code.
+
+With `regress_weight` > 0 each step also fits the static vectors of a batch of code
+chunks to MiniLM's vectors of the same chunks (through a linear map to MiniLM's width,
+learnt alongside and dropped afterwards; 1 - cosine): model2vec's "tokenlearn" idea,
+on code. It teaches every token that occurs in the corpus, not only those of the
+pairs.
+
+Only the vectors of tokens that occur in training move (Adam without weight decay
+leaves a row with no gradient exactly as it was): the rest keep their distilled values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from index.static_embedder import code_words
+from training.embed.pairs import Pair
+
+
+@dataclass
+class TrainSettings:
+    epochs: int = 8
+    batch: int = 256
+    lr: float = 3e-3
+    temperature: float = 0.05
+    distill_weight: float = 0.0
+    distill_temperature: float = 0.05
+    regress_weight: float = 0.0
+    seed: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def tokenize(tokenizer, texts: list[str], max_tokens: int = 4096) -> list[list[int]]:
+    """Token ids as the static embedder makes them (code_words, no special tokens)."""
+    encoded = tokenizer.encode_batch([code_words(t) for t in texts], add_special_tokens=False)
+    return [e.ids[:max_tokens] for e in encoded]
+
+
+def _bag(ids: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    flat = torch.tensor([t for row in ids for t in row], dtype=torch.long)
+    offsets = torch.tensor(np.concatenate(([0], np.cumsum([len(r) for r in ids])[:-1])))
+    return flat, offsets.long()
+
+
+def embed_bag(table: torch.Tensor, ids: list[list[int]]) -> torch.Tensor:
+    """Normalised sums of the rows of `table` named by each id list (empty -> zero)."""
+    flat, offsets = _bag(ids)
+    sums = F.embedding_bag(flat, table, offsets, mode="sum")
+    return F.normalize(sums, dim=1)
+
+
+def train(
+    vectors: np.ndarray,
+    tokenizer,
+    pairs: list[Pair],
+    settings: TrainSettings,
+    *,
+    teacher_queries: np.ndarray | None = None,
+    teacher_codes: np.ndarray | None = None,
+    regress_texts: list[str] | None = None,
+    regress_targets: np.ndarray | None = None,
+    on_epoch: Callable[[int, np.ndarray, float], None] | None = None,
+) -> np.ndarray:
+    """The table after training on `pairs`; `on_epoch(epoch, table, mean_loss)` after
+    each epoch (to evaluate). The teacher arrays (MiniLM's vectors of each pair's query
+    and code, in pair order) are needed when settings.distill_weight > 0."""
+    if settings.distill_weight and (teacher_queries is None or teacher_codes is None):
+        raise ValueError("distill_weight needs the teacher's vectors of queries and codes")
+    if settings.regress_weight and (regress_texts is None or regress_targets is None):
+        raise ValueError("regress_weight needs texts and the teacher's vectors of them")
+    generator = torch.Generator().manual_seed(settings.seed)
+    table = torch.nn.Parameter(torch.from_numpy(vectors.astype(np.float32)).clone())
+    params = [table]
+    if settings.regress_weight:
+        regress_ids = tokenize(tokenizer, regress_texts)
+        targets = torch.from_numpy(regress_targets.astype(np.float32))
+        project = torch.nn.Linear(vectors.shape[1], targets.shape[1], bias=False)
+        params += list(project.parameters())
+    optimizer = torch.optim.Adam(params, lr=settings.lr)
+    query_ids = tokenize(tokenizer, [p.query for p in pairs])
+    code_ids = tokenize(tokenizer, [p.code for p in pairs])
+    chunk = torch.tensor([p.chunk for p in pairs])
+    tq = None if teacher_queries is None else torch.from_numpy(teacher_queries)
+    tc = None if teacher_codes is None else torch.from_numpy(teacher_codes)
+    n = len(pairs)
+    for epoch in range(settings.epochs):
+        order = torch.randperm(n, generator=generator)
+        losses = []
+        for start in range(0, n - 1, settings.batch):
+            rows = order[start : start + settings.batch]
+            if len(rows) < 2:
+                continue
+            q = embed_bag(table, [query_ids[i] for i in rows])
+            c = embed_bag(table, [code_ids[i] for i in rows])
+            same = chunk[rows][:, None] == chunk[rows][None, :]
+            others = same & ~torch.eye(len(rows), dtype=torch.bool)
+            logits = (q @ c.T / settings.temperature).masked_fill(others, -1e4)
+            labels = torch.arange(len(rows))
+            loss = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+            if settings.distill_weight:
+                teacher = tq[rows] @ tc[rows].T / settings.distill_temperature
+                student = q @ c.T / settings.distill_temperature
+                kl = F.kl_div(
+                    F.log_softmax(student, 1), F.log_softmax(teacher, 1), log_target=True,
+                    reduction="batchmean",
+                )  # fmt: skip
+                loss = loss + settings.distill_weight * kl
+            if settings.regress_weight:
+                pick = torch.randint(len(regress_ids), (len(rows),), generator=generator)
+                student = project(embed_bag(table, [regress_ids[i] for i in pick]))
+                fit = 1 - F.cosine_similarity(student, targets[pick], dim=1).mean()
+                loss = loss + settings.regress_weight * fit
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            losses.append(loss.item())
+        if on_epoch is not None:
+            on_epoch(epoch + 1, table.detach().numpy(), float(np.mean(losses)))
+    return table.detach().numpy().copy()
