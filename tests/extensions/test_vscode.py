@@ -107,8 +107,8 @@ def test_contributed_commands_are_the_registered_ones() -> None:
     assert set(re.findall(r'command: "([\w.]+)"', status)) <= registered
 
 
-def _literal_values(name: str) -> list[str]:
-    hints = typing.get_type_hints(config.Settings)
+def _literal_values(name: str, struct: type = config.Settings) -> list[str]:
+    hints = typing.get_type_hints(struct)
     return list(typing.get_args(hints[name]))
 
 
@@ -124,6 +124,7 @@ def test_settings_agree_with_the_server() -> None:
         if key in own:
             continue
         name = key.removeprefix("tachy.")
+        struct = config.IndexSettings if name.startswith("index.") else config.Settings
         if name.startswith("index."):
             field = index_fields.get(name.removeprefix("index."))
         else:
@@ -135,7 +136,7 @@ def test_settings_agree_with_the_server() -> None:
             default = "" if field.default is None else field.default
             assert schema.get("default") == default, f"{key}: default differs from the server's"
         if "enum" in schema:
-            assert schema["enum"] == _literal_values(field.name), f"{key}: choices differ"
+            assert schema["enum"] == _literal_values(field.name, struct), f"{key}: choices differ"
     for name in ("policy", "approval", "sandbox", "allowSecrets", "maxTurns"):
         assert f"tachy.{name}" in properties, f"tachy.{name} is not offered"
     # The keys settings.ts reads are the contributed ones.

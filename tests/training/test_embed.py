@@ -145,8 +145,16 @@ def test_contrastive_training_pulls_pairs_together_and_leaves_unseen_tokens():
     seen = {t for row in q_ids + c_ids for t in row}
     unseen = np.array([i for i in range(len(vectors)) if i not in seen])
     assert np.array_equal(trained[unseen], vectors[unseen])
-    with pytest.raises(ValueError, match="distill_weight needs"):
-        train(vectors, tok, pairs, TrainSettings(distill_weight=1.0))
+    with pytest.raises(ValueError, match="regress_weight needs"):
+        train(vectors, tok, pairs, TrainSettings(regress_weight=1.0))
+    # fitting MiniLM-like targets of the chunks alongside, it still learns the pairs
+    chunks = [p.code for p in pairs] + ["def unrelated(): return 0"]
+    targets = rng.normal(size=(len(chunks), 8)).astype(np.float32)
+    both = train(
+        vectors, tok, pairs, TrainSettings(epochs=30, batch=8, lr=0.05, regress_weight=0.1, seed=1),
+        chunks=chunks, chunk_targets=targets,
+    )  # fmt: skip
+    assert accuracy(both) == 1.0
 
 
 class CountingTeacher:

@@ -75,9 +75,12 @@ def test_the_trainer_moves_only_adapters_and_the_partial_sync_matches_the_sample
 
     stale = _gap(service, adapted, tok)  # the sampler still holds the init's weights
     asyncio.run(service.set_weights(1, state, partial=True))
+    held = service.engine.model.state_dict()
+    assert all(torch.equal(held[n], t.to(held[n].dtype)) for n, t in state.items())
     synced = _gap(service, adapted, tok)
-    # synced: back to the gap of identical weights; stale: several times that
-    assert synced < 1.5 * same + 1e-3 and stale > 3 * synced, (same, stale, synced)
+    # synced: back to the level of identical weights (MXFP8 rounding noise, which varies
+    # from sample to sample by 2x and more); stale: several times that
+    assert stale > 3 * synced and synced < 3 * same + 1e-3, (same, stale, synced)
     with pytest.raises(ValueError, match="does not have"):
         service.engine.load_weights({"nonsense.weight": torch.zeros(1)}, partial=True)
 

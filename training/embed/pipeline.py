@@ -4,9 +4,9 @@
              every chunk, and (query, code) pairs from docstrings and comments
     distil   MiniLM -> one vector per vocabulary entry, PCA, SIF weights counted on
              the training part (training.embed.distill)
-    teach    MiniLM's vectors of the pairs' queries and of every training chunk (the
-             slow step, ~10 min on two cores: cached in CACHE/teacher.npz, default
-             ~/.cache/tachy/embed, reused while the corpus is unchanged)
+    teach    MiniLM's vectors of every training chunk (the slow step, ~8 min on two
+             cores: cached in CACHE/teacher.npz, default ~/.cache/tachy/embed, reused
+             while the corpus is unchanged)
     train    contrastive on the pairs + fitting MiniLM's chunk vectors
              (training.embed.train)
     save     OUT/{config.json, tokenizer.json, vectors.safetensors}: what
@@ -97,22 +97,20 @@ def build(
     )
     log(f"distilled {info['kept_tokens']} token vectors ({time.monotonic() - started:.0f} s)")
     settings = recipe.train
-    tq = tc = None
     chunks = corpus.texts()
-    if settings.distill_weight or settings.regress_weight:
+    targets = None
+    if settings.regress_weight:
         store = (cache or default_cache()) / "teacher.npz"
-        log(f"MiniLM's vectors of the training texts (cached in {store}) ...")
-        tq = teacher_vectors(teacher, [p.query for p in corpus.pairs], store, "queries")
-        tc = teacher_vectors(teacher, chunks, store, "chunks")
+        log(f"MiniLM's vectors of the training chunks (cached in {store}) ...")
+        targets = teacher_vectors(teacher, chunks, store, "chunks")
         log(f"  done ({time.monotonic() - started:.0f} s)")
 
     def show(epoch: int, _table: np.ndarray, loss: float) -> None:
         log(f"epoch {epoch}/{settings.epochs}: loss {loss:.4f}")
 
     trained = train(
-        vectors, plain_tokenizer(teacher.model_dir), corpus.pairs, settings,
-        teacher_queries=tq, teacher_codes=None if tc is None else tc[[p.chunk for p in corpus.pairs]],
-        regress_texts=chunks, regress_targets=tc, on_epoch=show,
+        vectors, plain_tokenizer(teacher.model_dir), corpus.pairs, settings, chunks=chunks,
+        chunk_targets=targets, on_epoch=show,
     )  # fmt: skip
     record = {
         **info,

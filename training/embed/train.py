@@ -6,17 +6,14 @@ step takes a batch of pairs and asks every query to pick its own code among the
 batch's (InfoNCE with in-batch negatives, both directions: query -> code and code ->
 query). Two pairs whose code is the same chunk are not each other's negatives.
 
-With `distill_weight` > 0 the batch's similarities are also pulled toward MiniLM's on
-the same texts (a KL divergence between the two models' softmaxed query-code
-similarity rows): the transformer's judgement of which code is near which sentence,
-on code, keeps the static model from forgetting what it was distilled from while it
-learns the vocabulary of code.
-
 With `regress_weight` > 0 each step also fits the static vectors of a batch of code
 chunks to MiniLM's vectors of the same chunks (through a linear map to MiniLM's width,
 learnt alongside and dropped afterwards; 1 - cosine): model2vec's "tokenlearn" idea,
-on code. It teaches every token that occurs in the corpus, not only those of the
-pairs.
+on code. These are the distillation targets: the transformer's reading of code keeps
+the static model close to what it was distilled from while the pairs teach it the
+vocabulary of code, and it reaches every token of the corpus, not only the pairs'.
+(Matching MiniLM's in-batch query-code similarities, a KL term, and hard negatives
+from the query's own file were tried as well and gave nothing: bench/RESULTS.md.)
 
 Only the vectors of tokens that occur in training move (Adam without weight decay
 leaves a row with no gradient exactly as it was): the rest keep their distilled values.
@@ -37,12 +34,10 @@ from training.embed.pairs import Pair
 
 @dataclass
 class TrainSettings:
-    epochs: int = 8
+    epochs: int = 6
     batch: int = 256
     lr: float = 3e-3
     temperature: float = 0.05
-    distill_weight: float = 0.0
-    distill_temperature: float = 0.05
     regress_weight: float = 0.0
     seed: int = 0
 
@@ -75,33 +70,27 @@ def train(
     pairs: list[Pair],
     settings: TrainSettings,
     *,
-    teacher_queries: np.ndarray | None = None,
-    teacher_codes: np.ndarray | None = None,
-    regress_texts: list[str] | None = None,
-    regress_targets: np.ndarray | None = None,
+    chunks: list[str] | None = None,
+    chunk_targets: np.ndarray | None = None,
     on_epoch: Callable[[int, np.ndarray, float], None] | None = None,
 ) -> np.ndarray:
     """The table after training on `pairs`; `on_epoch(epoch, table, mean_loss)` after
-    each epoch (to evaluate). The teacher arrays (MiniLM's vectors of each pair's query
-    and code, in pair order) are needed when settings.distill_weight > 0."""
-    if settings.distill_weight and (teacher_queries is None or teacher_codes is None):
-        raise ValueError("distill_weight needs the teacher's vectors of queries and codes")
-    if settings.regress_weight and (regress_texts is None or regress_targets is None):
-        raise ValueError("regress_weight needs texts and the teacher's vectors of them")
+    each epoch (to evaluate). With settings.regress_weight, `chunks` (code texts) and
+    `chunk_targets` (MiniLM's vectors of them) are the texts to fit."""
+    if settings.regress_weight and (chunks is None or chunk_targets is None):
+        raise ValueError("regress_weight needs the chunks and MiniLM's vectors of them")
     generator = torch.Generator().manual_seed(settings.seed)
     table = torch.nn.Parameter(torch.from_numpy(vectors.astype(np.float32)).clone())
     params = [table]
     if settings.regress_weight:
-        regress_ids = tokenize(tokenizer, regress_texts)
-        targets = torch.from_numpy(regress_targets.astype(np.float32))
+        chunk_ids = tokenize(tokenizer, chunks)
+        targets = torch.from_numpy(chunk_targets.astype(np.float32))
         project = torch.nn.Linear(vectors.shape[1], targets.shape[1], bias=False)
         params += list(project.parameters())
     optimizer = torch.optim.Adam(params, lr=settings.lr)
     query_ids = tokenize(tokenizer, [p.query for p in pairs])
     code_ids = tokenize(tokenizer, [p.code for p in pairs])
     chunk = torch.tensor([p.chunk for p in pairs])
-    tq = None if teacher_queries is None else torch.from_numpy(teacher_queries)
-    tc = None if teacher_codes is None else torch.from_numpy(teacher_codes)
     n = len(pairs)
     for epoch in range(settings.epochs):
         order = torch.randperm(n, generator=generator)
@@ -117,17 +106,9 @@ def train(
             logits = (q @ c.T / settings.temperature).masked_fill(others, -1e4)
             labels = torch.arange(len(rows))
             loss = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
-            if settings.distill_weight:
-                teacher = tq[rows] @ tc[rows].T / settings.distill_temperature
-                student = q @ c.T / settings.distill_temperature
-                kl = F.kl_div(
-                    F.log_softmax(student, 1), F.log_softmax(teacher, 1), log_target=True,
-                    reduction="batchmean",
-                )  # fmt: skip
-                loss = loss + settings.distill_weight * kl
             if settings.regress_weight:
-                pick = torch.randint(len(regress_ids), (len(rows),), generator=generator)
-                student = project(embed_bag(table, [regress_ids[i] for i in pick]))
+                pick = torch.randint(len(chunk_ids), (len(rows),), generator=generator)
+                student = project(embed_bag(table, [chunk_ids[i] for i in pick]))
                 fit = 1 - F.cosine_similarity(student, targets[pick], dim=1).mean()
                 loss = loss + settings.regress_weight * fit
             optimizer.zero_grad()
