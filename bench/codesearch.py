@@ -315,7 +315,6 @@ def recall_at_k(
 # ------------------------------------------------------------- comparison
 # Third-party trees of the venv with docstrings worth searching (none is trained on).
 THIRD_PARTY = ("attr", "click", "httpx", "jinja2", "requests", "rich", "urllib3")
-EMBEDDER_KINDS = ("static", "minilm")
 MODES = ("lexical", "dense", "hybrid")
 
 
@@ -343,6 +342,7 @@ def compare(work: Path, n_queries: int, seed: int = DEFAULT_SEED) -> dict[str, A
     embedder embeds it in turn (the index keeps both models' vectors)."""
     from importlib.metadata import PackageNotFoundError, version
 
+    from index.embedder import EMBEDDERS
     from index.indexer import CodeIndex
     from training.embed.split import read_split
 
@@ -362,7 +362,7 @@ def compare(work: Path, n_queries: int, seed: int = DEFAULT_SEED) -> dict[str, A
     report: dict[str, Any] = {"third_party_versions": versions, "sets": {}}
     for name, eval_set in sets.items():
         out: dict[str, Any] = {"corpus": eval_set.corpus()}
-        for kind in EMBEDDER_KINDS:
+        for kind in EMBEDDERS:
             log(f"{name}: indexing with {kind} ...")
             with CodeIndex(eval_set.root, cache_dir=work / f"index-{name}", embedder=kind) as idx:
                 stats = idx.update()

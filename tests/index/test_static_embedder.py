@@ -187,5 +187,9 @@ def test_tachy_index_and_search_take_the_embedder(tmp_path: Path):
     found = tachy("search", "--workspace", str(root), "--mode", "dense", "--json", "mean value")
     assert found.returncode == 0, found.stderr
     assert json.loads(found.stdout)["results"][0]["path"] == "pkg/maths.py"
+    from index.embedder import EMBEDDERS
+    from server import index_commands
+
+    assert index_commands.EMBEDDERS == EMBEDDERS  # the CLI's copy (kept free of numpy)
     bad = tachy("index", str(root), "--embedder", "bert")
     assert bad.returncode == 2 and "invalid choice: 'bert'" in bad.stderr

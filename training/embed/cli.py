@@ -56,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
         message
         for bad, message in (
             (args.dim < 1, "--dim must be at least 1"),
+            (args.dim > 384, "--dim can be at most 384 (MiniLM's width)"),
             (not 0 < args.sif < 1, "--sif must be between 0 and 1"),
             (args.epochs < 1, "--epochs must be at least 1"),
             (args.lr <= 0, "--lr must be positive"),
@@ -73,9 +74,6 @@ def run(args: argparse.Namespace) -> int:
     from training.embed.pipeline import Recipe, build
     from training.embed.train import TrainSettings
 
-    if args.dim > 384:
-        print("tachy: --dim can be at most 384 (MiniLM's width)", file=sys.stderr)
-        return 2
     recipe = Recipe(
         dim=args.dim,
         sif=args.sif,

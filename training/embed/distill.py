@@ -34,8 +34,8 @@ SKIP = re.compile(r"^\[(PAD|unused\d+)\]$")
 def token_vectors(teacher: MiniLMEmbedder) -> tuple[np.ndarray, np.ndarray]:
     """MiniLM's vector of every vocabulary entry ([V, H]) and a mask of the entries
     kept (padding and [unusedN] slots are left at zero)."""
-    vocab = teacher._tokenizer.get_vocab()
-    size = teacher._tokenizer.get_vocab_size()
+    tokenizer = load_tokenizer(teacher.model_dir)
+    vocab, size = tokenizer.get_vocab(), tokenizer.get_vocab_size()
     cls, sep = vocab["[CLS]"], vocab["[SEP]"]
     keep = np.ones(size, dtype=bool)
     for token, i in vocab.items():
