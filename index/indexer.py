@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import logging
 import multiprocessing
 import os
 import posixpath
@@ -68,16 +69,26 @@ from index.scan import (
 )
 from index.search import (
     CHUNKS_PER_FILE,
-    SYMBOL_BOOST,
     SearchHit,
     cap_per_file,
+    fused_scores,
     normalise_globs,
     path_matches,
     query_identifiers,
-    rrf,
     symbol_named,
 )
 from index.tokenize import index_terms
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Log a degraded-but-working condition once per process, not once per query."""
+    if message not in _warned:
+        _warned.add(message)
+        log.warning(message)
+
 
 SCHEMA_VERSION = 2
 # Chunks that are (a piece of) a definition, for symbols(). A "module" chunk is one
@@ -490,6 +501,10 @@ class CodeIndex:
         self._reader = sqlite3.connect(self.dir / "index.db", check_same_thread=False, timeout=30)
         self._lexical_reader = LexicalIndex(self._reader)
         self._stop = threading.Event()
+        # Set when an update leaves chunks waiting for vectors: the embedding thread
+        # takes them at once, so a save is searchable densely about as soon as
+        # lexically (a few ms with the static model).
+        self._wake = threading.Event()
         self._worker: threading.Thread | None = None
 
     def _open_lock_file(self):
@@ -676,6 +691,8 @@ class CodeIndex:
                 self._set_meta("root_hash", stats.root_hash)
             if stats.changed_files or stats.removed_files:
                 self._collect_garbage()
+        if stats.changed_files:
+            self._wake.set()
         stats.files, stats.chunks = self._counts()
         stats.seconds = time.perf_counter() - started
         return stats
@@ -683,7 +700,7 @@ class CodeIndex:
     def update_paths(self, paths: Iterable[str]) -> UpdateStats:
         """Re-index the given workspace-relative files now (after a save or an edit):
         fastest path to searchable. Their chunks are embedded first by the next
-        embedding pass."""
+        embedding pass; a running embedding thread starts it at once."""
         started = time.perf_counter()
         wanted = sorted({_workspace_path(p) for p in paths})
         unnamable = [p for p in wanted if not is_nameable(p)]
@@ -714,6 +731,8 @@ class CodeIndex:
             self._changed_since_gc += stats.changed_files + stats.removed_files
             if self._changed_since_gc >= GC_MIN_ORPHANS:
                 self._collect_garbage()
+        if stats.changed_files:
+            self._wake.set()
         stats.files, stats.chunks = self._counts()
         stats.seconds = time.perf_counter() - started
         return stats
@@ -1205,7 +1224,9 @@ class CodeIndex:
             os.replace(tmp, target / "epoch")
 
     def start_background(self, interval_s: float = 1.0) -> None:
-        """Embed pending chunks on a background thread until `close()`."""
+        """Embed pending chunks on a background thread until `close()`: woken by every
+        update that changes chunks, and every `interval_s` to look for work another
+        process left (a `tachy index` beside the editor)."""
         if self._worker is not None or not self.dense:
             return
 
@@ -1213,7 +1234,10 @@ class CodeIndex:
             while not self._stop.is_set():
                 try:
                     if self.embed_pending(limit=EMBED_BATCH * 4) == 0:
-                        self._stop.wait(interval_s)
+                        # An update committed before setting the event, so clearing
+                        # after the wait loses nothing: the next pass sees its rows.
+                        self._wake.wait(interval_s)
+                        self._wake.clear()
                 except IndexBusyError:
                     self._stop.wait(interval_s)
 
@@ -1238,31 +1262,48 @@ class CodeIndex:
         if not query.strip():
             return []
         globs = normalise_globs(None if paths is None else [_sql_text(p) for p in paths])
-        rankings: list[list[int]] = []
+        lexical: list[tuple[int, float]] = []
+        dense: list[tuple[int, float]] = []
         if mode != "dense":
             with self._read_lock:
                 lexical = self._lexical_reader.search(query, limit=CANDIDATES, path_globs=globs)
-            rankings.append([cid for cid, _ in lexical])
         # Hybrid skips the model while nothing is embedded (no point loading it).
         if mode == "dense" or (mode == "hybrid" and self.dense and self._has_embeddings()):
-            dense = self._dense_ranking(query, globs)
-            if mode == "dense" and dense is None:
+            found = self._dense_candidates(query, globs)
+            if mode == "dense" and found is None:
                 raise CodeIndexError("no embeddings yet: run `tachy index` to compute them")
-            if dense:
-                rankings.append(dense)
-        scores = rrf(rankings)
-        rows = self._rows(list(scores))
+            dense = found or []
+        rows = self._rows(list(dict.fromkeys(cid for cid, _ in [*lexical, *dense])))
         visible = self._visible.filter(row[0] for row in rows.values())
         rows = {cid: row for cid, row in rows.items() if row[0] in visible}
         identifiers = query_identifiers(query)
-        for chunk_id, row in rows.items():
-            if symbol_named(row[4], identifiers):
-                scores[chunk_id] += SYMBOL_BOOST
+        named = {cid for cid, row in rows.items() if symbol_named(row[4], identifiers)}
+        names = self._name_similarity(query, rows) if mode == "hybrid" else {}
+        scores = fused_scores(lexical, dense, names, named)
         ordered = sorted(
             (cid for cid in scores if cid in rows), key=lambda cid: (-scores[cid], cid)
         )
         kept = cap_per_file([(cid, rows[cid][0]) for cid in ordered], per_file)[:limit]
         return [self._hit(rows[cid], scores[cid]) for cid in kept]
+
+    def _name_similarity(self, query: str, rows: dict[int, tuple]) -> dict[int, float]:
+        """Cosine of the query and each chunk's symbol name (its last part), under the
+        static code model whatever the index's embedder (it takes a few ms for a
+        page of candidates). {} when that model cannot be loaded."""
+        from index.embedder import EmbedderError, shared_embedder
+
+        names = {cid: row[4].rsplit(".", 1)[-1] for cid, row in rows.items() if row[4]}
+        if not names:
+            return {}
+        try:
+            model = shared_embedder("static")
+        except EmbedderError as exc:
+            _warn_once(f"search ranks without symbol names: {exc}")
+            return {}
+        unique = sorted(set(names.values()))
+        vectors = model.embed([query, *unique])
+        similarity = dict(zip(unique, (vectors[1:] @ vectors[0]).tolist(), strict=True))
+        return {cid: similarity[name] for cid, name in names.items()}
 
     def _has_embeddings(self) -> bool:
         if self._vectors is not None:
@@ -1272,19 +1313,25 @@ class CodeIndex:
             model and self._read("SELECT 1 FROM embeddings WHERE model=? LIMIT 1", (model,))
         )
 
-    def _dense_ranking(self, query: str, globs: list[str] | None) -> list[int] | None:
+    def _dense_candidates(
+        self, query: str, globs: list[str] | None
+    ) -> list[tuple[int, float]] | None:
+        """The dense index's best (chunk_id, cosine) pairs under the path filters;
+        None when nothing is embedded."""
         store = self._store()
         if len(store) == 0:
             return None
         vector = np.asarray(self.embedder.embed([query]), dtype=np.float32)[0]
         k = CANDIDATES * (5 if globs else 1)
-        ranked = [cid for cid, _ in store.search(vector, k)]
+        ranked = store.search(vector, k)
         if globs is None:
             return ranked[:CANDIDATES]
-        paths = {cid: row[0] for cid, row in self._rows(ranked).items()}
-        return [cid for cid in ranked if cid in paths and path_matches(paths[cid], globs)][
-            :CANDIDATES
-        ]
+        paths = {cid: row[0] for cid, row in self._rows([cid for cid, _ in ranked]).items()}
+        return [
+            (cid, score)
+            for cid, score in ranked
+            if cid in paths and path_matches(paths[cid], globs)
+        ][:CANDIDATES]
 
     def _rows(self, ids: list[int]) -> dict[int, tuple]:
         """id -> (path, start, end, text, symbol) for ids that still exist."""
@@ -1407,6 +1454,7 @@ class CodeIndex:
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._worker is not None:
             self._worker.join(timeout=30)
             self._worker = None

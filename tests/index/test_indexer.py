@@ -209,13 +209,32 @@ def test_path_filters(workspace):
             assert all(h.path.endswith(".py") for h in hits), mode
 
 
-def test_symbol_named_in_query_is_boosted(workspace):
+def test_symbol_named_in_query_ranks_first(workspace):
     (workspace / "src" / "other.py").write_text(
         "def unrelated():\n    # the length, length, length of a vector, vector, vector\n    return 0\n"
     )
     with open_index(workspace) as index:
         index.update()
-        assert index.search("Vector.length", mode="lexical")[0].symbol == "Vector"
+        # Lexically the comment wins; the name and the query naming it outweigh that.
+        assert index.search("Vector.length", mode="lexical")[0].symbol == "unrelated"
+        assert index.search("Vector.length")[0].symbol == "Vector"
+        index.embed_pending()
+        assert index.search("Vector.length")[0].symbol == "Vector"
+
+
+def test_hybrid_ranks_by_what_a_name_means(workspace):
+    # Same bodies, names sharing no word with the query: only the meaning of the
+    # names (under the static code model) tells them apart.
+    body = "    for entry in os.scandir(where):\n        os.unlink(entry.path)\n"
+    (workspace / "src" / "files.py").write_text(
+        f"import os\n\n\ndef render_page(where):\n{body}\n\ndef cleanup_tmp_dir(where):\n{body}"
+    )
+    with open_index(workspace) as index:
+        index.update()
+        index.embed_pending()
+        hits = index.search("remove temporary files", paths=["src/files.py"])
+        symbols = [h.symbol for h in hits]
+        assert symbols[0] == "cleanup_tmp_dir" and "render_page" in symbols
 
 
 def test_vectors_persist_and_are_rebuilt_when_out_of_step(workspace):
@@ -499,6 +518,29 @@ def test_background_embedding_catches_up(workspace):
         while index.pending_count() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert index.search("arrived late", mode="dense", limit=3)[0].path == "src/late.py"
+
+
+def test_an_update_wakes_the_embedding_thread(workspace):
+    # An interval far beyond the deadline: only the wake-up can embed the saved file
+    # in time (the thread's first pass has emptied the queue by then).
+    with open_index(workspace) as index:
+        index.update()
+        index.start_background(interval_s=3600)
+        deadline = time.monotonic() + 30
+        while index.pending_count() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert index.pending_count() == 0
+        time.sleep(0.1)  # the thread is waiting now
+        (workspace / "src" / "late.py").write_text("def arrived_late():\n    return 1\n")
+        index.update_paths(["src/late.py"])
+        while index.pending_count() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert index.pending_count() == 0
+        assert index.search("arrived late", mode="dense", limit=3)[0].path == "src/late.py"
+        # close() wakes the waiting thread too (else it would wait out its 30 s join).
+        started = time.monotonic()
+        index.close()
+        assert time.monotonic() - started < 20
 
 
 # ---------------------------------------------------------------- unsaved editor text
