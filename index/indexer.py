@@ -1255,7 +1255,8 @@ class CodeIndex:
         per_file: int = CHUNKS_PER_FILE,
     ) -> list[SearchHit]:
         """The chunks that best answer `query`. mode: hybrid | lexical | dense. Hybrid
-        uses the dense side only where embeddings exist (lexical alone before that)."""
+        scores the candidates of both retrievers with their symbols' names
+        (index.search); before anything is embedded, the lexical candidates alone."""
         if mode not in ("hybrid", "lexical", "dense"):
             raise CodeIndexError(f"unknown search mode {mode!r}; use hybrid, lexical or dense")
         query = _sql_text(query[:MAX_QUERY_CHARS])
