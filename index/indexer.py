@@ -1277,13 +1277,14 @@ class CodeIndex:
         rows = self._rows(list(dict.fromkeys(cid for cid, _ in [*lexical, *dense])))
         visible = self._visible.filter(row[0] for row in rows.values())
         rows = {cid: row for cid, row in rows.items() if row[0] in visible}
+        # Rescaled over what may be shown: a hidden or vanished chunk sets no bound.
+        lexical = [(cid, score) for cid, score in lexical if cid in rows]
+        dense = [(cid, score) for cid, score in dense if cid in rows]
         identifiers = query_identifiers(query)
         named = {cid for cid, row in rows.items() if symbol_named(row[4], identifiers)}
         names = self._name_similarity(query, rows) if mode == "hybrid" else {}
         scores = fused_scores(lexical, dense, names, named)
-        ordered = sorted(
-            (cid for cid in scores if cid in rows), key=lambda cid: (-scores[cid], cid)
-        )
+        ordered = sorted(scores, key=lambda cid: (-scores[cid], cid))
         kept = cap_per_file([(cid, rows[cid][0]) for cid in ordered], per_file)[:limit]
         return [self._hit(rows[cid], scores[cid]) for cid in kept]
 

@@ -124,11 +124,10 @@ def test_settings_agree_with_the_server() -> None:
         if key in own:
             continue
         name = key.removeprefix("tachy.")
-        struct = config.IndexSettings if name.startswith("index.") else config.Settings
         if name.startswith("index."):
-            field = index_fields.get(name.removeprefix("index."))
+            struct, field = config.IndexSettings, index_fields.get(name.removeprefix("index."))
         else:
-            field = fields.get(name)
+            struct, field = config.Settings, fields.get(name)
         assert field is not None, f"{key} is not a server setting (server/config.py)"
         if field.default is not msgspec.NODEFAULT and not callable(field.default):
             # An unset setting is "" in VS Code (its settings editor cannot edit a
