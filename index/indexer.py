@@ -72,6 +72,7 @@ from index.search import (
     SearchHit,
     cap_per_file,
     fused_scores,
+    named_bonus,
     normalise_globs,
     path_matches,
     query_identifiers,
@@ -1283,7 +1284,7 @@ class CodeIndex:
         identifiers = query_identifiers(query)
         named = {cid for cid, row in rows.items() if symbol_named(row[4], identifiers)}
         names = self._name_similarity(query, rows) if mode == "hybrid" else {}
-        scores = fused_scores(lexical, dense, names, named)
+        scores = fused_scores(lexical, dense, names, named, named_bonus(query))
         ordered = sorted(scores, key=lambda cid: (-scores[cid], cid))
         kept = cap_per_file([(cid, rows[cid][0]) for cid in ordered], per_file)[:limit]
         return [self._hit(rows[cid], scores[cid]) for cid in kept]

@@ -9,7 +9,9 @@ plus two signals about the chunk's symbol:
   name, split into words, under tachy's static code model: `def get_content_length`
   for "Return the length of the body"), because the name is the densest summary of a
   definition and a chunk's mean vector dilutes it among all its code;
-- a bonus when the query names the symbol outright (`Parser.parse`, `load_config`).
+- a bonus when the query names the symbol outright (`Parser.parse`, `load_config`):
+  small when the name is one word of a sentence (docstrings often mention other
+  symbols), large when the query is nothing but that name (a lookup by name).
 
 Finally no file may take more than a few places, so one long file cannot crowd out
 the rest. This rescoring replaced reciprocal rank fusion (K = 10). The weights were
@@ -34,6 +36,9 @@ NAME_WEIGHT = 1.5
 # Small on docstring queries (it costs them 0.1 points), decisive when a query
 # spells out an identifier.
 NAMED_BONUS = 0.25
+# A query that is one identifier and nothing else (`Vector.length`) is looking the
+# symbol up: its match then outweighs any one retriever.
+NAME_QUERY_BONUS = 1.0
 CHUNKS_PER_FILE = 5
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
@@ -64,17 +69,25 @@ def fused_scores(
     dense: Sequence[tuple[int, float]],
     name_similarity: Mapping[int, float],
     named: set[int],
+    bonus: float = NAMED_BONUS,
 ) -> dict[int, float]:
     """The hybrid score of every candidate either retriever returned (see the module
-    docstring); `name_similarity` and `named` are by candidate id."""
+    docstring); `name_similarity` and `named` are by candidate id, `bonus` is what a
+    named symbol gains (named_bonus of the query)."""
     lexical_part, dense_part = rescaled(lexical), rescaled(dense)
     return {
         item: LEXICAL_WEIGHT * lexical_part.get(item, 0.0)
         + DENSE_WEIGHT * dense_part.get(item, 0.0)
         + NAME_WEIGHT * name_similarity.get(item, 0.0)
-        + (NAMED_BONUS if item in named else 0.0)
+        + (bonus if item in named else 0.0)
         for item in {*lexical_part, *dense_part}
     }
+
+
+def named_bonus(query: str) -> float:
+    """What a symbol the query names gains: NAME_QUERY_BONUS when the query is a single
+    (dotted) identifier, else NAMED_BONUS."""
+    return NAME_QUERY_BONUS if _IDENT.fullmatch(query.strip()) else NAMED_BONUS
 
 
 def query_identifiers(query: str) -> set[str]:

@@ -215,11 +215,16 @@ def test_symbol_named_in_query_ranks_first(workspace):
     )
     with open_index(workspace) as index:
         index.update()
-        # Lexically the comment wins; the name and the query naming it outweigh that.
-        assert index.search("Vector.length", mode="lexical")[0].symbol == "unrelated"
+        # bm25 and the hashing embedder both prefer the comment; a query that is
+        # nothing but the name is a lookup, and the name outweighs them.
+        lexical = index._lexical_reader.search("Vector.length", limit=5)
+        assert index._rows([lexical[0][0]])[lexical[0][0]][4] == "unrelated"
+        assert index.search("Vector.length", mode="lexical")[0].symbol == "Vector"
         assert index.search("Vector.length")[0].symbol == "Vector"
         index.embed_pending()
         assert index.search("Vector.length")[0].symbol == "Vector"
+        # in a sentence the name is one word among others: a small bonus only
+        assert index.search("the Vector.length", mode="lexical")[0].symbol == "unrelated"
 
 
 def test_hybrid_ranks_by_what_a_name_means(workspace):

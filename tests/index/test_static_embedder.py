@@ -123,11 +123,58 @@ def test_vectors_that_do_not_fit_the_tokenizer_are_refused(tmp_path: Path):
         StaticEmbedder(model)
 
 
-def test_the_name_follows_the_vectors_not_the_notes(tmp_path: Path, static: StaticEmbedder):
+def _with_config(tmp_path: Path, **changes) -> Path:
     model = _copy(tmp_path)
     config = json.loads((model / "config.json").read_text())
-    (model / "config.json").write_text(json.dumps({**config, "note": "more words"}))
-    assert StaticEmbedder(model).name == static.name
+    config.update(changes)
+    (model / "config.json").write_text(
+        json.dumps({k: v for k, v in config.items() if v is not None})
+    )
+    return model
+
+
+def test_the_name_follows_the_vectors_and_head_rule_not_the_notes(
+    tmp_path: Path, static: StaticEmbedder
+):
+    assert StaticEmbedder(_with_config(tmp_path / "a", note="more words")).name == static.name
+    other = StaticEmbedder(_with_config(tmp_path / "b", head_lines=2)).name
+    assert other != static.name
+    none = StaticEmbedder(_with_config(tmp_path / "c", head_lines=None, head_weight=None))
+    assert none.name not in (static.name, other) and none.head_weight == 0
+
+
+def test_the_head_of_a_chunk_counts_again(tmp_path: Path, static: StaticEmbedder):
+    """A text of more than head_lines lines: normalise(v(all) + w * v(head)), each part
+    normalised; a text of head_lines lines or fewer (a query, a name) is unchanged."""
+    assert static.head_lines == 4 and static.head_weight == 0.6  # the shipped rule
+    plain = StaticEmbedder(_with_config(tmp_path, head_lines=None, head_weight=None))
+    head = "class Cache:\n    def evict(self, key):\n        # drop the entry\n\n"
+    body = "".join(f"        self.items[{i}] = self.store.pop(key, None)\n" for i in range(30))
+    chunk, query = head + body, "Remove an entry from the cache."
+    expected = plain.embed([chunk])[0] + 0.6 * plain.embed([head])[0]
+    assert np.allclose(static.embed([chunk])[0], expected / np.linalg.norm(expected), atol=1e-6)
+    short = [query, "evict", head.rstrip("\n"), "a\nb\nc\nd\n\n\n"]  # <= 4 lines of tokens
+    assert np.allclose(static.embed(short), plain.embed(short), atol=1e-6)
+    # the long body no longer drowns what the chunk is: the query moves nearer to it
+    q = static.embed([query])[0]
+    assert static.embed([chunk])[0] @ q > plain.embed([chunk])[0] @ q
+    # a character the tokenizer drops where the body begins still finds the head's end
+    odd = head + "\x00" + body
+    assert np.isfinite(static.embed([odd])).all()
+    assert static._encode([odd])[0][1] == len(static.tokenize([head])[0])
+
+
+@pytest.mark.parametrize(
+    ("lines", "weight"),
+    [(-1, 0.5), (2, -0.5), (2, 0), (0, 0.5), ("4", 0.5), (2, True), (2, float("nan"))],
+)
+def test_a_bad_head_rule_is_refused(tmp_path: Path, lines, weight):
+    model = _copy(tmp_path)
+    config = json.loads((model / "config.json").read_text())
+    text = json.dumps({**config, "head_lines": lines, "head_weight": weight})
+    (model / "config.json").write_text(text)
+    with pytest.raises(EmbedderError, match="head_lines must be a whole number"):
+        StaticEmbedder(model)
 
 
 def test_import_and_embedding_load_no_torch():

@@ -41,6 +41,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="W",
         help="weight of fitting MiniLM's vectors of the training chunks (3; 0: pairs only)",
     )
+    p.add_argument(
+        "--head-lines",
+        type=int,
+        default=4,
+        metavar="N",
+        help="a chunk's first N lines count again when it is embedded (4; 0: no head rule)",
+    )
+    p.add_argument(
+        "--head-weight",
+        type=float,
+        default=0.6,
+        metavar="W",
+        help="the weight of those lines' own vector (0.6)",
+    )
     p.add_argument("--seed", type=int, default=0, metavar="S")
     p.add_argument(
         "--cache",
@@ -61,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
             (args.epochs < 1, "--epochs must be at least 1"),
             (args.lr <= 0, "--lr must be positive"),
             (args.regress_weight < 0, "--regress-weight must be 0 or more"),
+            (args.head_lines < 0, "--head-lines must be 0 or more"),
+            (not 0 <= args.head_weight < float("inf"), "--head-weight must be 0 or more"),
         )
         if bad
     ]
@@ -77,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
     recipe = Recipe(
         dim=args.dim,
         sif=args.sif,
+        head_lines=args.head_lines if args.head_weight else 0,
+        head_weight=args.head_weight if args.head_lines else 0.0,
         train=TrainSettings(
             epochs=args.epochs, lr=args.lr, regress_weight=args.regress_weight, seed=args.seed
         ),

@@ -10,7 +10,8 @@
     train    contrastive on the pairs + fitting MiniLM's chunk vectors
              (training.embed.train)
     save     OUT/{config.json, tokenizer.json, vectors.safetensors}: what
-             index.static_embedder.StaticEmbedder loads
+             index.static_embedder.StaticEmbedder loads, with the head rule it
+             applies when embedding (head_lines, head_weight: see there)
     evaluate dense MRR@10 / Recall@10 on the evaluation part (functions' docstrings)
 
 Nothing of the evaluation part is read before the last step.
@@ -38,6 +39,10 @@ class Recipe:
 
     dim: int = 256
     sif: float = 1e-4
+    # The embedder's head rule. Applied when embedding only: training the table with
+    # it in the loop did worse on the development units (bench/RESULTS.md).
+    head_lines: int = 4
+    head_weight: float = 0.6
     train: TrainSettings = field(
         default_factory=lambda: TrainSettings(epochs=6, lr=3e-3, regress_weight=3.0)
     )
@@ -114,6 +119,8 @@ def build(
     )  # fmt: skip
     record = {
         **info,
+        "head_lines": recipe.head_lines,
+        "head_weight": recipe.head_weight,
         "train": settings.as_dict(),
         "pairs": len(corpus.pairs),
         "chunks": len(corpus.chunks),
