@@ -227,6 +227,18 @@ def test_symbol_named_in_query_ranks_first(workspace):
         assert index.search("the Vector.length", mode="lexical")[0].symbol == "unrelated"
 
 
+def test_a_query_that_is_only_a_name_is_a_lookup():
+    from index.search import NAME_QUERY_BONUS, NAMED_BONUS, fused_scores, named_bonus
+
+    for query in ("Vector.length", "  parse_config_file ", "readFile", "parse"):
+        assert named_bonus(query) == NAME_QUERY_BONUS, query
+    for query in ("Return Vector.length", "parse the config", "Vector.length()", "a-b"):
+        assert named_bonus(query) == NAMED_BONUS, query
+    lexical, named = [(1, 9.0), (2, 1.0)], {2}
+    assert fused_scores(lexical, [], {}, named, NAME_QUERY_BONUS)[2] == NAME_QUERY_BONUS
+    assert fused_scores(lexical, [], {}, named)[2] == NAMED_BONUS
+
+
 def test_hybrid_ranks_by_what_a_name_means(workspace):
     # Same bodies, names sharing no word with the query: only the meaning of the
     # names (under the static code model) tells them apart.

@@ -13,7 +13,8 @@ on code. These are the distillation targets: the transformer's reading of code k
 the static model close to what it was distilled from while the pairs teach it the
 vocabulary of code, and it reaches every token of the corpus, not only the pairs'.
 (Matching MiniLM's in-batch query-code similarities, a KL term, and hard negatives
-from the query's own file were tried as well and gave nothing: bench/RESULTS.md.)
+from the query's own file or from the top of the lexical ranking were tried as well
+and gave nothing: bench/RESULTS.md.)
 
 Only the vectors of tokens that occur in training move (Adam without weight decay
 leaves a row with no gradient exactly as it was): the rest keep their distilled values.
