@@ -11,13 +11,13 @@ weight, so frequent tokens count for little.
     itself) -> MiniLM's WordPiece tokenizer (lower case, no [CLS]/[SEP])
     -> sum of the token vectors -> L2 normalise
 
-A text of more than `head_lines` lines (a chunk: its enclosing headers, its own `def`
-line, the lines after it) counts its head twice over: its vector is
+In a text of more than `head_lines` lines (a chunk: its enclosing headers, its own
+`def` line, the lines after it) the head counts again: its vector is
 normalise(v(all) + head_weight * v(first head_lines lines)), each part L2-normalised
 first. A mean over a long body dilutes the few lines that say what the code is; this
 gives them back their weight whatever the body's length (tuned on the development
-units of the training split: dense MRR@10 +4 points, bench/RESULTS.md). A text of one
-line (a query, a name) is unchanged by it.
+units of the training split: dense MRR@10 +4 points, bench/RESULTS.md). A text of
+head_lines lines or fewer (a query, a name) is unchanged by it.
 
 A model directory holds config.json ({"model_type": "tachy-static", "dim": D,
 "head_lines": H, "head_weight": W, ...}; no head_* keys: no head rule),
@@ -47,8 +47,9 @@ MODEL_TYPE = "tachy-static"
 _BATCH = 128
 # Humps of camelCase and PascalCase (getHTTPResponse -> get HTTP Response) and
 # letter/digit boundaries are where a space goes in.
-_NON_SPACE = re.compile(r"\S")
 _HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])|(?<=[A-Za-z])(?=[0-9])")
+# Where the text after a chunk's head begins.
+_NON_SPACE = re.compile(r"\S")
 
 
 def default_static_dir() -> Path:

@@ -243,6 +243,13 @@ def test_missing_or_stale_environments_are_named_before_anything_runs(taskset, t
     assert not (tmp_path / "eval-set.jsonl").exists()  # nothing ran
 
 
+def _ctrl_c_as_in_a_terminal() -> None:
+    """SIGINT back to its default in the child: a shell starts background jobs with it
+    ignored (a CI script run with `&`), and Python then never turns it into
+    KeyboardInterrupt, as it would for a user pressing Ctrl-C in a terminal."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_keeps_the_finished_attempts_and_resume_continues(taskset, tmp_path):
     """The first task's attempt finishes; the second is inside a long command when the
     user presses Ctrl-C: exit 130, the first kept, and --resume runs only the second."""
@@ -256,7 +263,10 @@ def test_ctrl_c_keeps_the_finished_attempts_and_resume_continues(taskset, tmp_pa
     args = [*TACHY, "eval", str(taskset), "--policy", f"replay:{turns}", "--results", str(results)]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(PROJECT)
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
+        preexec_fn=_ctrl_c_as_in_a_terminal,
+    )  # fmt: skip
     lines = []
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
