@@ -169,10 +169,7 @@ def test_the_head_of_a_chunk_counts_again(tmp_path: Path, static: StaticEmbedder
     [(-1, 0.5), (2, -0.5), (2, 0), (0, 0.5), ("4", 0.5), (2, True), (2, float("nan"))],
 )
 def test_a_bad_head_rule_is_refused(tmp_path: Path, lines, weight):
-    model = _copy(tmp_path)
-    config = json.loads((model / "config.json").read_text())
-    text = json.dumps({**config, "head_lines": lines, "head_weight": weight})
-    (model / "config.json").write_text(text)
+    model = _with_config(tmp_path, head_lines=lines, head_weight=weight)
     with pytest.raises(EmbedderError, match="head_lines must be a whole number"):
         StaticEmbedder(model)
 
