@@ -15,12 +15,15 @@ commands cannot see or change), and only commits not reachable from them are rea
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import os
-import shutil
 import subprocess
 from pathlib import Path
+
+from agent.hosttools import host_path, host_which
+from index import beneath, statedir
 
 log = logging.getLogger(__name__)
 
@@ -32,18 +35,27 @@ MAX_REPORTED = 20
 class HistoryCheck:
     """Remembers, for one workspace, which history paths the model must not see."""
 
-    def __init__(self, root: Path, hides) -> None:
+    def __init__(self, root: Path, hides, git_dir: Path | None = None) -> None:
         """`hides(path) -> bool` says whether a path (from the history) must stay
-        hidden from the model."""
+        hidden from the model. `git_dir`: the repository to read, when not the
+        workspace's own `.git` (a nested, bare or separate one)."""
         self.root = root
         self.hides = hides
-        self.git = shutil.which("git")
+        self.git_dir = git_dir or root / ".git"
+        if git_dir is None:
+            self.state_file = STATE_FILE
+        else:
+            key = hashlib.sha256(os.fsencode(str(git_dir))).hexdigest()[:16]
+            self.state_file = f"{statedir.STATE_DIR}/git-history-{key}.json"
+        self.git = host_which("git", root)
         self._stamp: tuple | None = None
         self._state = self._load()
 
     def _load(self) -> dict:
         try:
-            state = json.loads((self.root / STATE_FILE).read_text(encoding="utf-8"))
+            # No symlink is followed: .tachy is tachy's, whatever a command planted.
+            data, _ = beneath.read_file(self.root, self.state_file, follow_links=False)
+            state = json.loads(data.decode("utf-8"))
             if isinstance(state.get("tips"), list) and isinstance(state.get("found"), list):
                 return state
         except (OSError, ValueError, AttributeError):
@@ -51,16 +63,15 @@ class HistoryCheck:
         return {"tips": [], "found": []}
 
     def _save(self) -> None:
-        path = self.root / STATE_FILE
-        with contextlib.suppress(OSError):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(json.dumps(self._state), encoding="utf-8")
-            os.replace(tmp, path)
+        try:
+            statedir.ensure(self.root)
+            beneath.write_file(self.root, self.state_file, json.dumps(self._state).encode())
+        except OSError as exc:
+            log.warning("cannot keep the git history check in %s: %s", self.state_file, exc)
 
     def _refs_stamp(self) -> tuple:
         """Changes whenever a ref moves (a commit, fetch, branch or tag)."""
-        git_dir = self.root / ".git"
+        git_dir = self.git_dir
         stamp = []
         for name in ("HEAD", "packed-refs"):
             with contextlib.suppress(OSError):
@@ -77,7 +88,7 @@ class HistoryCheck:
         """History paths the model must not see (the first few), [] when there are
         none, None when the history could not be checked (no git, a broken or huge
         repository): the caller must then assume the worst."""
-        if not (self.root / ".git").is_dir():
+        if not self.git_dir.is_dir():
             return []
         if self.git is None:
             return None
@@ -107,13 +118,13 @@ class HistoryCheck:
     def _git(self, *args: str, timeout: float = CHECK_TIMEOUT_S) -> bytes | None:
         try:
             done = subprocess.run(
-                [self.git, "-C", str(self.root), *args],
+                [self.git, f"--git-dir={self.git_dir}", *args],
                 capture_output=True,
                 timeout=timeout,
                 # Git's own configuration of this repository is not trusted to run
                 # anything here: no pager, no fsmonitor, no external diff.
                 env={
-                    "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+                    "PATH": host_path(self.root),
                     "HOME": "/nonexistent",
                     "GIT_CONFIG_NOSYSTEM": "1",
                     "GIT_CONFIG_GLOBAL": "/dev/null",

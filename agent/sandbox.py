@@ -19,8 +19,8 @@ import itertools
 import os
 import posixpath
 import resource
-import shutil
 import signal
+import stat
 import sys
 import threading
 import time
@@ -29,7 +29,9 @@ from pathlib import Path
 
 from agent.cgroup import ProcessCgroup
 from agent.githistory import HistoryCheck
-from agent.workspace import JOBS_DIR, SANDBOX_MOUNT, Workspace
+from agent.hosttools import host_which
+from agent.workspace import GIT_DIR_SHAPES, JOBS_DIR, SANDBOX_MOUNT, Workspace
+from index import statedir
 from index.ignore import ALWAYS_HIDDEN_DIRS, IGNORE_FILES, is_secret_name
 
 # Environment variables a command inherits; everything else (API keys!) stays out.
@@ -58,6 +60,10 @@ class SandboxConfig:
     # What the commands of one run may add to the workspace's file system, in all.
     # A command that passes it is stopped (what it wrote stays); None: no limit.
     disk_quota_bytes: int | None = 4 * 1024**3
+    # Files (inodes) they may add, in all: empty files take no blocks, and a file
+    # system runs out of inodes long before bytes (for every user of the machine).
+    # Never more than half of what is free when the run starts. None: no limit.
+    file_quota: int | None = 100_000
     # Host paths bound read-only at their own place: inputs that lie under /tmp or
     # /run, which the sandbox replaces with its own (a task set made with mktemp -d).
     read_only_paths: list[str] = field(default_factory=list)
@@ -245,11 +251,30 @@ PROTECTED_METADATA = {
 @dataclass(frozen=True)
 class Mount:
     """One thing a command must not see or change: `hide` (a directory: an empty
-    tmpfs; a file: /dev/null) or `protect` (bound read-only onto itself)."""
+    tmpfs; a file: /dev/null), `protect` (bound read-only onto itself) or `pin` (a
+    directory bound onto itself, writable: a mount point cannot be renamed or removed,
+    so what is hidden below it stays where the rules found it). `rel` is relative to
+    the workspace, or absolute for a repository outside it."""
 
     rel: str
     is_dir: bool
-    action: str  # "hide" | "protect"
+    action: str  # "hide" | "protect" | "pin"
+
+
+@dataclass(frozen=True)
+class Repository:
+    """A git directory the workspace reaches: `git_dir` (workspace-relative, or
+    absolute when a `.git` file points out of the workspace) and the work tree its
+    history's paths are relative to (`prefix`, None for a bare repository)."""
+
+    git_dir: str
+    prefix: str | None
+    inside: bool = True
+
+
+# The longest path a mount may have (PATH_MAX with its NUL); a directory deeper than
+# that is hidden by hiding the deepest ancestor that can be named.
+_PATH_MAX = 4095
 
 
 class HiddenScanner:
@@ -258,41 +283,51 @@ class HiddenScanner:
 
     Hidden: what the workspace hides from the model (Workspace.is_hidden: ignored and
     secret files, so git-ignored directories too, except environments and tool caches,
-    which builds and tests need and which commands see as they are) and .tachy/. Protected (read-only): ignore files, and repository metadata that would
-    make the host act (PROTECTED_METADATA). A repository whose history holds hidden
-    files has its .git hidden whole (agent.githistory).
+    which builds and tests need and which commands see as they are), .tachy/, and
+    whatever cannot be examined (fail closed). Protected (read-only): ignore files, and
+    repository metadata that would make the host act (PROTECTED_METADATA) in every git
+    directory the workspace reaches: `.git` folders, folders git takes for a repository
+    by their contents (a bare one), and the targets of `.git` files (`gitdir: ...`). A
+    repository whose history holds hidden files is hidden whole (agent.githistory).
+    Pinned: every directory above something hidden or a repository, so no command can
+    move what the rules hid to a path they do not match (the rules are path patterns).
 
     A command starts on every run_terminal_cmd, so walking a large workspace each
-    time would dominate start-up. Each directory's verdicts are kept with its mtime
-    (adding, removing or renaming an entry changes it); when any ignore file changes,
-    everything is recomputed, since rules apply to whole subtrees.
+    time would dominate start-up. Each directory's verdicts are kept with its inode
+    number, change time and modification time: adding, removing or renaming an entry
+    changes both times, and no command can set a change time back (only the clock
+    sets it). When any ignore file changes, everything is recomputed, since rules
+    apply to whole subtrees.
     """
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
-        # directory -> (mtime_ns, mounts, subdirectories to descend into)
-        self._dirs: dict[str, tuple[int, list[Mount], list[str]]] = {}
+        # directory -> (its stamp, mounts, subdirectories to descend into, repositories)
+        self._dirs: dict[str, tuple[tuple[int, int, int], list[Mount], list[str], list]] = {}
         self._ignore_stamps: dict[str, tuple[int, int] | None] = {}
         self._restart = False
         self._scanned = False
-        self.history = HistoryCheck(
-            workspace.root,
-            lambda path: (
-                (is_secret_name(posixpath.basename(path)) and not workspace.allow_secrets)
-                or workspace.agent_rules.is_ignored(path)
-            ),
+        self._hides = lambda path: (
+            (is_secret_name(posixpath.basename(path)) and not workspace.allow_secrets)
+            or workspace.agent_rules.is_ignored(path)
         )
+        self.history = HistoryCheck(workspace.root, self._hides)
+        self._histories: dict[str, HistoryCheck] = {}
         self.history_hidden: list[str] | None = []
-        # Repositories seen so far (their .git), and what was done to new ones.
+        # Repositories seen so far (their git directories), `.git` files and links by
+        # their inode, and what was done to new ones.
         self._repositories: set[str] = set()
+        self._pointers: dict[str, int | None] = {}
         self.notices: list[str] = []
 
     def scan(self) -> list[Mount]:
+        self._own_state_dir()
         if self._ignore_files_changed():
             self._reset()
         while True:
             self._restart = False
             mounts: list[Mount] = []
+            repositories: list[Repository] = []
             seen: set[str] = set()
             stack = [""]
             while stack and not self._restart:
@@ -302,19 +337,57 @@ class HiddenScanner:
                 if entry is not None:
                     mounts.extend(entry[1])
                     stack.extend(reversed(entry[2]))
+                    repositories.extend(entry[3])
             if not self._restart:
                 break
         self._scanned = True
         for gone in self._dirs.keys() - seen:
             del self._dirs[gone]
-        return [*mounts, *self._repository_mounts()]
+        return _arranged([*mounts, *self._repository_mounts(repositories)], self.workspace.root)
 
-    def _repository_mounts(self) -> list[Mount]:
-        """The workspace's own repository: its history may hold what is hidden."""
-        self.history_hidden = self.history.hidden_paths()
-        if self.history_hidden is None or self.history_hidden:
-            return [Mount(".git", True, "hide")]
-        return []
+    def _own_state_dir(self) -> None:
+        """.tachy must be a real directory before any command runs: then it is hidden
+        (an empty tmpfs, a mount point no command can replace by a symlink). One that
+        is something else (a link a command planted) is set aside first."""
+        root = self.workspace.root
+        try:
+            aside = statedir.set_aside(root)
+            statedir.ensure(root)
+        except OSError as exc:
+            raise RuntimeError(f"cannot make tachy's state directory .tachy: {exc}") from None
+        if aside:
+            self.notices.append(
+                f"[tachy: .tachy was not a directory (a symbolic link or a file); it was "
+                f"set aside as {aside}: tachy keeps its own state only in a real directory]"
+            )
+
+    def _repository_mounts(self, repositories: list[Repository]) -> list[Mount]:
+        """Repositories whose history may hold what is hidden are hidden whole."""
+        mounts = []
+        self.history_hidden = []
+        for repo in {repo.git_dir: repo for repo in repositories}.values():
+            if repo.git_dir == ".git":
+                found = self.history_hidden = self.history.hidden_paths()
+            else:
+                found = self._history(repo).hidden_paths()
+            if found is None or found:
+                mounts.append(Mount(repo.git_dir, True, "hide"))
+        return mounts
+
+    def _history(self, repo: Repository) -> HistoryCheck:
+        check = self._histories.get(repo.git_dir)
+        if check is None:
+            prefix = repo.prefix
+
+            def hides(path: str) -> bool:
+                return self._hides(f"{prefix}/{path}" if prefix else path)
+
+            git_dir = (
+                Path(repo.git_dir) if not repo.inside else self.workspace.abspath(repo.git_dir)
+            )
+            check = HistoryCheck(self.workspace.root, hides, git_dir=git_dir)
+            self._histories[repo.git_dir] = check
+        return check
 
     def _reset(self) -> None:
         self._dirs.clear()
@@ -333,33 +406,54 @@ class HiddenScanner:
                     self._ignore_stamps[rel] = now
         return changed
 
+    def _unexaminable(self, directory: str) -> tuple:
+        """The verdict on a directory that cannot be read: hidden, with all below it."""
+        if not directory:
+            raise RuntimeError("the workspace's root directory cannot be read")
+        return (None, [Mount(directory, True, "hide")], [], [])
+
     def _directory(self, directory: str):
         path = self.workspace.abspath(directory)
         try:
-            mtime = path.stat().st_mtime_ns
+            info = path.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            return None  # removed meanwhile: nothing there to hide
         except OSError:
-            return None
+            return self._unexaminable(directory)
+        if not stat.S_ISDIR(info.st_mode):
+            return None  # replaced by a file or link meanwhile: its parent shows it next time
+        stamp = (info.st_ino, info.st_ctime_ns, info.st_mtime_ns)
         cached = self._dirs.get(directory)
-        if cached is not None and cached[0] == mtime:
+        if cached is not None and cached[0] == stamp:
             return cached
         # Trust a verdict only for a directory that was already quiet when it was read:
-        # a change within the file system's clock tick would leave mtime unchanged
+        # a change within the file system's clock tick would leave the times unchanged
         # (git's "racy" entries). Recent ones are re-read next time.
-        racy = time.time_ns() - mtime < _RACY_NS
+        racy = time.time_ns() - max(info.st_ctime_ns, info.st_mtime_ns) < _RACY_NS
         try:
             with os.scandir(path) as it:
                 entries = sorted(it, key=lambda e: e.name)
-        except OSError:
+        except FileNotFoundError:
             return None
+        except OSError:
+            return self._unexaminable(directory)
         mounts: list[Mount] = []
         subdirs: list[str] = []
+        repositories: list[Repository] = []
         workspace = self.workspace
+        names = {entry.name for entry in entries}
+        if directory and any(shape <= names for shape in GIT_DIR_SHAPES):
+            # git takes this directory for a repository (a bare one, or the target of
+            # a `.git` file): treated as a .git, and not searched further.
+            repositories.append(Repository(directory, None))
+            mounts.extend(self._repository(directory))
+            return self._keep(directory, racy, (stamp, mounts, [], repositories))
         for entry in entries:
             rel = f"{directory}/{entry.name}" if directory else entry.name
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
-                continue
+                return self._unexaminable(directory)
             if entry.name in IGNORE_FILES and not is_dir:
                 if rel not in self._ignore_stamps:
                     self._ignore_stamps[rel] = _stamp(path / entry.name)
@@ -371,6 +465,15 @@ class HiddenScanner:
                         return None
                 if not entry.is_symlink():
                     mounts.append(Mount(rel, False, "protect"))
+            if entry.name == ".tachy":
+                if is_dir:
+                    mounts.append(Mount(rel, True, "hide"))
+                continue
+            if entry.name == ".git":
+                found = self._git_entry(rel, is_dir, entry)
+                mounts.extend(found[0])
+                repositories.extend(found[1])
+                continue
             if entry.name in ALWAYS_HIDDEN_DIRS:
                 mounts.extend(self._metadata(rel, entry.name, is_dir))
                 continue
@@ -382,12 +485,48 @@ class HiddenScanner:
             # cache, shown to commands as it is: not searched, since a .venv or
             # node_modules holds tens of thousands of directories, which a stat each
             # on every command would make the slowest part of starting one.)
-        result = (mtime, mounts, subdirs)
+        return self._keep(directory, racy, (stamp, mounts, subdirs, repositories))
+
+    def _keep(self, directory: str, racy: bool, result: tuple) -> tuple:
         if racy:
             self._dirs.pop(directory, None)
         else:
             self._dirs[directory] = result
         return result
+
+    def _git_entry(self, rel: str, is_dir: bool, entry: os.DirEntry):
+        """A `.git`: a repository's directory, or a file pointing git at one."""
+        parent = posixpath.dirname(rel)
+        if is_dir:
+            return self._repository(rel), [Repository(rel, parent)]
+        # A file (`gitdir: ...`) or a link: either makes another directory the
+        # repository. One that appears or changes during the run is set aside; one
+        # that was there is followed to its repository, which is treated as a .git.
+        try:
+            identity = entry.inode()
+        except OSError:
+            identity = None
+        known = self._pointers.get(rel)
+        if self._scanned and known != identity:
+            self._pointers.pop(rel, None)
+            self._disarm(rel, False)
+            return [], []
+        self._pointers[rel] = identity
+        path = self.workspace.abspath(rel)
+        if entry.is_symlink():
+            mounts, target = [], os.path.realpath(path)
+        else:
+            mounts, target = [Mount(rel, False, "protect")], _gitdir_target(path)
+        if target is None:
+            return mounts, []
+        inside = _beneath_root(self.workspace.root, target)
+        if inside is None:
+            # Outside the workspace: commands cannot change it (the machine is
+            # read-only to them), but its history is read like the workspace's.
+            return mounts, [Repository(target, parent, inside=False)]
+        if inside and not inside.startswith(".git/") and inside != ".git":
+            mounts.extend(self._repository(inside))
+        return mounts, [Repository(inside, parent)] if inside != ".git" else []
 
     def _disarm(self, rel: str, is_dir: bool) -> None:
         """A repository a command created during the run: editors find it and run git
@@ -416,28 +555,102 @@ class HiddenScanner:
             "its own would execute what they name]"
         )
 
-    def _metadata(self, rel: str, name: str, is_dir: bool) -> list[Mount]:
-        """.tachy/ is hidden; a repository's config and hooks are read-only; a `.git`
-        file (a worktree's or submodule's pointer to its repository) too."""
-        if name == ".tachy":
-            return [Mount(rel, True, "hide")] if is_dir else []
-        if name == ".git" and rel not in self._repositories:
+    def _repository(self, rel: str) -> list[Mount]:
+        """A git directory inside the workspace: made safe when a command created it,
+        then its config, hooks and the rest of PROTECTED_METADATA are read-only."""
+        if rel not in self._repositories:
             if self._scanned:
-                self._disarm(rel, is_dir)
+                self._disarm(rel, True)
             self._repositories.add(rel)
-        if not is_dir:
-            return [Mount(rel, False, "protect")] if name == ".git" else []
-        if name == ".git":
-            # An empty hooks directory (as `git init` makes) so that it can be bound
-            # read-only: a command must not be able to add one.
-            with contextlib.suppress(OSError):
-                os.mkdir(self.workspace.abspath(f"{rel}/hooks"))
+        # An empty hooks directory (as `git init` makes) so that it can be bound
+        # read-only: a command must not be able to add one.
+        with contextlib.suppress(OSError):
+            os.mkdir(self.workspace.abspath(f"{rel}/hooks"))
+        return self._protected(rel, ".git")
+
+    def _metadata(self, rel: str, name: str, is_dir: bool) -> list[Mount]:
+        """Other version control metadata (.hg, .svn): what would make the host act is
+        read-only."""
+        return self._protected(rel, name) if is_dir else []
+
+    def _protected(self, rel: str, kind: str) -> list[Mount]:
         mounts = []
-        for child in PROTECTED_METADATA.get(name, ()):
+        for child in PROTECTED_METADATA.get(kind, ()):
             target = self.workspace.abspath(f"{rel}/{child}")
             if os.path.lexists(target) and not os.path.islink(target):
                 mounts.append(Mount(f"{rel}/{child}", target.is_dir(), "protect"))
         return mounts
+
+
+def _gitdir_target(path: Path) -> str | None:
+    """The absolute, normalised directory a `.git` file points git at, or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as handle:
+            text = handle.read(4096).decode("utf-8", "replace")
+    except OSError:
+        return None
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    if not line.startswith("gitdir:"):
+        return None
+    target = line[len("gitdir:") :].strip()
+    return os.path.normpath(os.path.join(os.path.dirname(path), target))
+
+
+def _beneath_root(root: Path, target: str) -> str | None:
+    """`target` (absolute) relative to the workspace root ('' for the root), following
+    the links on the way as git would; None when it lies outside."""
+    real = os.path.realpath(target)
+    base = str(root)
+    if real == base:
+        return ""
+    if real.startswith(base + "/"):
+        return real[len(base) + 1 :]
+    return None
+
+
+def _arranged(mounts: list[Mount], root: Path) -> list[Mount]:
+    """The mounts in an order bubblewrap can make them: every directory above something
+    hidden or a repository's metadata pinned first, parents before children, nothing
+    made inside a hidden directory (it would show through the empty tmpfs), and paths
+    too long to name replaced by their deepest nameable ancestor, hidden whole."""
+    room = _PATH_MAX - max(len(os.fsencode(str(root))), len(SANDBOX_MOUNT)) - 1
+    fitted: dict[str, Mount] = {}
+    for mount in mounts:
+        if not mount.rel.startswith("/") and len(os.fsencode(mount.rel)) > room:
+            rel = mount.rel
+            while len(os.fsencode(rel)) > room:
+                rel = posixpath.dirname(rel)
+            mount = Mount(rel, True, "hide")
+        previous = fitted.get(mount.rel)
+        if previous is None or mount.action == "hide":
+            fitted[mount.rel] = mount
+    hidden_dirs = {m.rel for m in fitted.values() if m.action == "hide" and m.is_dir}
+
+    def under_hidden(rel: str) -> bool:
+        if rel.startswith("/"):
+            return False
+        parent = posixpath.dirname(rel)
+        while parent:
+            if parent in hidden_dirs:
+                return True
+            parent = posixpath.dirname(parent)
+        return False
+
+    pins: set[str] = set()
+    for mount in fitted.values():
+        if mount.rel.startswith("/") or (
+            mount.action == "protect" and posixpath.basename(mount.rel) in IGNORE_FILES
+        ):
+            continue  # an ignore file moved along with its folder hides nothing new
+        parent = posixpath.dirname(mount.rel)
+        while parent:
+            pins.add(parent)
+            parent = posixpath.dirname(parent)
+    for rel in pins:
+        fitted.setdefault(rel, Mount(rel, True, "pin"))
+    arranged = [m for m in fitted.values() if not under_hidden(m.rel)]
+    return sorted(arranged, key=lambda m: (m.rel.count("/"), m.rel))
 
 
 _SAFE_GIT_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
@@ -458,14 +671,14 @@ _JOIN_AND_EXEC = (
     'echo $$ > "$1" || { echo "tachy: cannot join the command cgroup" >&2; exit 125; }; '
     'n=$((n - 1)); shift; done; exec "$@"'
 )
-_PRLIMIT = shutil.which("prlimit")
 
 
 class Sandbox:
     def __init__(self, workspace: Workspace, config: SandboxConfig | None = None) -> None:
         self.workspace = workspace
         self.config = config or SandboxConfig()
-        bwrap = shutil.which("bwrap")
+        bwrap = host_which("bwrap", workspace.root)
+        self._prlimit = host_which("prlimit", workspace.root)
         if self.config.use_bubblewrap is None:
             self.bwrap = bwrap
         elif self.config.use_bubblewrap and not bwrap:
@@ -476,44 +689,73 @@ class Sandbox:
         self._job_ids = itertools.count(1)
         self._hidden = HiddenScanner(workspace)
         self._scan_lock = threading.Lock()
-        # Bytes this run's commands added to the workspace's file system (net).
+        # Bytes and files this run's commands added to the workspace's file system (net).
         self.disk_written = 0
+        self.files_created = 0
+        self._free_files_at_start: int | None = None
 
     # ------------------------------------------------------------ disk quota
     def disk_quota_notice(self) -> str:
         quota = self.config.disk_quota_bytes or 0
+        files = self._file_quota()
         return (
-            f"stopped: this run's commands added more than {quota / 1024**3:.3g} GiB to the "
-            "workspace's disk (its quota); what they wrote is still there: delete what "
-            "is not needed"
+            f"stopped: this run's commands added more than {quota / 1024**3:.3g} GiB or "
+            f"{files:,} files to the workspace's disk (its quota); what they wrote is still "
+            "there: delete what is not needed"
         )
 
-    def _disk_used(self) -> int | None:
+    def _disk_used(self) -> tuple[int, int] | None:
+        """(bytes, files) in use on the workspace's file system."""
         try:
             info = os.statvfs(self.workspace.root)
         except OSError:
             return None
-        return (info.f_blocks - info.f_bfree) * info.f_frsize
+        return (info.f_blocks - info.f_bfree) * info.f_frsize, info.f_files - info.f_ffree
+
+    def _file_quota(self) -> int:
+        """The run's quota of new files: the configured one, or half of the inodes that
+        were free when the run started, whichever is smaller."""
+        if self._free_files_at_start is None:
+            try:
+                info = os.statvfs(self.workspace.root)
+                # Some file systems (btrfs) report no inode count at all: no bound there.
+                self._free_files_at_start = info.f_ffree if info.f_files else 0
+            except OSError:
+                self._free_files_at_start = 0
+        quota = self.config.file_quota
+        if quota is None:
+            return 0
+        if self._free_files_at_start:
+            quota = min(quota, self._free_files_at_start // 2)
+        return quota
 
     async def _watch_disk(self, exceeded: asyncio.Event) -> None:
         """Follow the file system's use while a command runs; set `exceeded` once the
-        run's commands added more than the quota. Counts the growth of the whole file
-        system (what else writes to it meanwhile counts too): a bound, not a meter."""
-        quota = self.config.disk_quota_bytes
+        run's commands added more bytes or files than the quota. Counts the growth of
+        the whole file system (what else writes to it meanwhile counts too): a bound,
+        not a meter."""
+        byte_quota, file_quota = self.config.disk_quota_bytes, self._file_quota()
         start = self._disk_used()
-        if quota is None or start is None:
+        if (byte_quota is None and not file_quota) or start is None:
             return
         try:
             while True:
                 await asyncio.sleep(_DISK_POLL_S)
                 now = self._disk_used()
-                if now is not None and self.disk_written + now - start > quota:
+                if now is None:
+                    continue
+                added = self.disk_written + now[0] - start[0]
+                files = self.files_created + now[1] - start[1]
+                if (byte_quota is not None and added > byte_quota) or (
+                    file_quota and files > file_quota
+                ):
                     exceeded.set()
                     return
         finally:
             now = self._disk_used()
             if now is not None:
-                self.disk_written = max(0, self.disk_written + now - start)
+                self.disk_written = max(0, self.disk_written + now[0] - start[0])
+                self.files_created = max(0, self.files_created + now[1] - start[1])
 
     @property
     def mode(self) -> str:
@@ -566,10 +808,16 @@ class Sandbox:
             "--new-session",
         ]  # fmt: skip
         for mount in self.hidden_paths():
-            for base in (root, SANDBOX_MOUNT):
-                target = f"{base}/{mount.rel}"
-                if mount.action == "protect":
-                    args += ["--ro-bind", f"{root}/{mount.rel}", target]
+            if mount.rel.startswith("/"):  # a repository outside the workspace
+                sources, targets = [mount.rel], [mount.rel]
+            else:
+                sources = [f"{root}/{mount.rel}"] * 2
+                targets = [f"{base}/{mount.rel}" for base in (root, SANDBOX_MOUNT)]
+            for source, target in zip(sources, targets, strict=True):
+                if mount.action == "pin":
+                    args += ["--bind", source, target]
+                elif mount.action == "protect":
+                    args += ["--ro-bind", source, target]
                 elif mount.is_dir:
                     args += ["--size", str(_HIDDEN_DIR_BYTES), "--tmpfs", target]
                 else:
@@ -610,7 +858,7 @@ class Sandbox:
         # of its directories): on a thread, so a language server's loop never waits.
         argv = await asyncio.to_thread(self._argv, command, writable)
         preexec = None
-        if _PRLIMIT:
+        if self._prlimit:
             # Limits are applied by a tiny shell and prlimit that then exec the command,
             # so CPython can start it with vfork(): a preexec_fn would force a fork() of
             # this whole process (several ms, more for a big language server) and is
@@ -618,7 +866,7 @@ class Sandbox:
             procs = [str(d / "cgroup.procs") for d in cgroup.dirs] if cgroup else []
             argv = [
                 "/bin/sh", "-c", _JOIN_AND_EXEC, "tachy-limits", str(len(procs)), *procs,
-                _PRLIMIT, "--core=0", f"--fsize={fsize[0]}", f"--nproc={nproc[0]}", "--", *argv,
+                self._prlimit, "--core=0", f"--fsize={fsize[0]}", f"--nproc={nproc[0]}", "--", *argv,
             ]  # fmt: skip
         else:
 
@@ -757,15 +1005,21 @@ class Sandbox:
         """Start a command in the background; its output goes to .tachy/jobs/N.log."""
         job_id = next(self._job_ids)
         log_rel = f"{JOBS_DIR}/{job_id}.log"
-        log_path = self.workspace.abspath(log_rel)
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        process, cgroup = await self._start(command, asyncio.subprocess.PIPE)
+        # Opened by tachy on the host, so through directory handles with no symlink
+        # followed: a link planted at .tachy or at the log must never be written
+        # through (StateDirError: the command does not start).
+        log_fd = statedir.create_file(self.workspace.root, log_rel.removeprefix(".tachy/"))
+        try:
+            process, cgroup = await self._start(command, asyncio.subprocess.PIPE)
+        except BaseException:
+            os.close(log_fd)
+            raise
         job = Job(id=job_id, command=command, log_path=log_rel, process=process, cgroup=cgroup)
-        job.pump = asyncio.create_task(self._pump_job(job, log_path))
+        job.pump = asyncio.create_task(self._pump_job(job, log_fd))
         self.jobs[job_id] = job
         return job
 
-    async def _pump_job(self, job: Job, log_path: Path) -> None:
+    async def _pump_job(self, job: Job, log_fd: int) -> None:
         written = 0
         limit = self.config.job_log_bytes
         disk_full = asyncio.Event()
@@ -777,7 +1031,7 @@ class Sandbox:
 
         stopper = asyncio.create_task(stop_when_full())
         try:
-            with open(log_path, "wb", buffering=0) as log:
+            with open(log_fd, "wb", buffering=0) as log:
                 assert job.process.stdout is not None
                 while chunk := await job.process.stdout.read(65536):
                     if written < limit:

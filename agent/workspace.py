@@ -12,22 +12,42 @@ trainer uses it as is on a sandbox copy.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import posixpath
+import shutil
 import stat
+import tempfile
 import threading
+import weakref
 from pathlib import Path
 from typing import BinaryIO
 
 from index import beneath
-from index.ignore import IgnoreRules, is_secret_name, is_tool_dir, walk_visible
+from index.ignore import IGNORE_FILES, IgnoreRules, is_secret_name, is_tool_dir, walk_visible
 
 # Where the terminal sandbox mounts the workspace; paths the model copies from command
 # output (e.g. tracebacks) are accepted by the file tools too.
 SANDBOX_MOUNT = "/workspace"
 # Where background commands write their output; readable although .tachy/ is hidden.
 JOBS_DIR = ".tachy/jobs"
+
+
+# Checkpoints (each file's bytes before the agent first changed it): originals up to
+# this size are kept in memory, larger ones in a private scratch directory outside the
+# workspace, and a file larger than MAX_CHECKPOINT_BYTES (by its apparent size: a
+# sparse file of 2 GiB takes no disk but would take 2 GiB to copy) is not changed by
+# the file tools at all. The scratch directory holds at most MAX_SPILLED_BYTES a run.
+CHECKPOINT_IN_MEMORY_BYTES = 1024**2
+MAX_CHECKPOINT_BYTES = 64 * 1024**2
+MAX_SPILLED_BYTES = 512 * 1024**2
+
+# What makes a directory a repository to git, whatever its name: a HEAD beside either
+# objects/ and refs/ or a commondir file (git's is_git_directory). The agent's file
+# tools never make one, nor write into one: git run by the editor on its own would
+# obey its config.
+GIT_DIR_SHAPES = ({"HEAD", "objects", "refs"}, {"HEAD", "commondir"})
 
 
 def _in_jobs_dir(rel: str) -> bool:
@@ -37,6 +57,47 @@ def _in_jobs_dir(rel: str) -> bool:
 class WorkspaceError(Exception):
     """A request the workspace refuses. The message is shown to the model as is, so it
     names workspace-relative paths only."""
+
+
+def _too_large(rel: str, size: int) -> WorkspaceError:
+    return WorkspaceError(
+        f"{rel} is {size / 1024**2:.0f} MiB; tachy keeps the original of every file its "
+        "agent changes so that the change can be reverted, and keeps none over "
+        f"{MAX_CHECKPOINT_BYTES // 1024**2} MiB: change it with a command, or ask the user to"
+    )
+
+
+class SpilledCheckpoint:
+    """An original too large to keep in memory: its bytes in a scratch file."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self.size = size
+
+    def open(self) -> BinaryIO:
+        return open(self.path, "rb")
+
+    def __repr__(self) -> str:
+        return f"SpilledCheckpoint({self.size} bytes)"
+
+
+Original = bytes | SpilledCheckpoint | None
+
+
+def _same_content(handle: BinaryIO, original: bytes | SpilledCheckpoint) -> bool:
+    """Whether the open file `handle` holds exactly `original`, read in blocks."""
+    size = os.fstat(handle.fileno()).st_size
+    if isinstance(original, bytes):
+        return size == len(original) and handle.read(len(original) + 1) == original
+    if size != original.size:
+        return False
+    with original.open() as kept:
+        while True:
+            block = handle.read(1024**2)
+            if block != kept.read(1024**2):
+                return False
+            if not block:
+                return True
 
 
 class Workspace:
@@ -51,9 +112,12 @@ class Workspace:
         self.agent_rules = IgnoreRules(self.root, names=(".tachyignore",), tighten_only=True)
         self._tool_dirs: dict[str, bool] = {}
         # Original bytes of each file before the agent first touched it (None: it did
-        # not exist). Guarded by a lock because tools run on worker threads.
-        self.checkpoints: dict[str, bytes | None] = {}
+        # not exist; large ones spilled to a scratch file). Guarded by a lock because
+        # tools run on worker threads.
+        self.checkpoints: dict[str, Original] = {}
         self._lock = threading.Lock()
+        self._spill_dir: str | None = None
+        self._spilled_bytes = 0
 
     # ----------------------------------------------------------------- paths
     def relpath(self, path: str) -> str:
@@ -130,9 +194,14 @@ class Workspace:
         return True
 
     def _tool_dir(self, rel: str) -> bool:
+        """Whether the ignored directory `rel` is an environment or a tool's cache. Only
+        one the user's own rules ignored before the run counts: a directory that the
+        run ignores by adding a rule (after writing a pyvenv.cfg into it, or naming it
+        node_modules) stays hidden, since it may hold what the user hid."""
         known = self._tool_dirs.get(rel)
         if known is None:
-            known = self._tool_dirs[rel] = is_tool_dir(self.root, rel)
+            known = self.rules.ignored_from_the_start(rel, True) and is_tool_dir(self.root, rel)
+            self._tool_dirs[rel] = known
         return known
 
     def is_visible(self, rel: str, is_dir: bool | None = None) -> bool:
@@ -270,16 +339,55 @@ class Workspace:
         subclass that routes writes elsewhere, as the editor's review does, asks too)."""
         real = self.real_rel(rel)
         for name in {rel, real}:
-            if posixpath.basename(name) == ".tachyignore":
+            if posixpath.basename(name).casefold() == ".tachyignore":
                 raise WorkspaceError(
                     f"{name} holds the user's rules for what tachy's agent may see; "
                     "the agent cannot change it (ask the user to)"
                 )
+            self._refuse_git_metadata(name)
         if real != rel and self.is_hidden(real, False):
             raise WorkspaceError(f"{rel} leads (through a symlink) to a file tachy keeps hidden")
+        if posixpath.basename(real) in IGNORE_FILES:
+            # What the file hides now stays hidden whatever the change says (the rules
+            # only tighten during a run): read it before it changes.
+            directory = posixpath.dirname(real)
+            self.rules.read_before_change(directory)
+            self.agent_rules.read_before_change(directory)
+        self._refuse_huge(real)
         return real
 
-    def _write(self, real: str, data: bytes) -> None:
+    def _refuse_git_metadata(self, rel: str) -> None:
+        """The file tools never write a `.git` (a file there can make any directory the
+        repository) nor anything in or making a directory git takes for a repository:
+        the host's own git, which editors run on their own, obeys what it holds."""
+        parts = rel.split("/")
+        if any(part.casefold() == ".git" for part in parts):
+            raise WorkspaceError(
+                f"{rel} is repository metadata (.git); the agent's file tools do not create "
+                "or change it (use git commands)"
+            )
+        for depth in range(len(parts) - 1, -1, -1):
+            directory = "/".join(parts[:depth])
+            names = {parts[depth]}
+            # A directory that does not exist yet holds only what this write adds.
+            with contextlib.suppress(OSError):
+                names.update(os.listdir(self.abspath(directory)))
+            if any(shape <= names for shape in GIT_DIR_SHAPES):
+                raise WorkspaceError(
+                    f"{rel} would be in a directory git takes for a repository "
+                    f"({directory or '.'} holds HEAD with objects/refs or commondir); the "
+                    "agent's file tools do not write there (use git commands)"
+                )
+
+    def _refuse_huge(self, real: str) -> None:
+        try:
+            size = os.lstat(self.abspath(real)).st_size
+        except OSError:
+            return
+        if size > MAX_CHECKPOINT_BYTES:
+            raise _too_large(real, size)
+
+    def _write(self, real: str, data: bytes | BinaryIO) -> None:
         self._io(beneath.write_file, real, data)
         self._after_change(real)
 
@@ -306,8 +414,18 @@ class Workspace:
     def read_disk_or_none(self, rel: str) -> bytes | None:
         """The bytes on disk, or None where there is no readable file (missing, a
         directory, a FIFO, a link that leads out or to a hidden file)."""
+        handle = self._open_or_none(rel)
+        if handle is None:
+            return None
+        with handle:
+            return handle.read()
+
+    # ----------------------------------------------------------- checkpoints
+    def _open_or_none(self, rel: str) -> BinaryIO | None:
+        """The file on disk opened for reading, or None where read_disk_or_none would
+        give None."""
         try:
-            return self.read_disk(rel)
+            return self.open(rel)
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError, WorkspaceError):
             return None
         except OSError as exc:
@@ -315,19 +433,58 @@ class Workspace:
                 return None
             raise
 
-    # ----------------------------------------------------------- checkpoints
     def _checkpoint(self, rel: str) -> None:
+        """Keep the original of `rel` (in memory, or spilled to the scratch directory
+        when large); refuses one that is too large to keep."""
         with self._lock:
             if rel in self.checkpoints:
                 return
-            self.checkpoints[rel] = self.read_disk_or_none(rel)
+            handle = self._open_or_none(rel)
+            if handle is None:
+                self.checkpoints[rel] = None
+                return
+            with handle:
+                size = os.fstat(handle.fileno()).st_size
+                if size > MAX_CHECKPOINT_BYTES:  # it grew since _writable looked
+                    raise _too_large(rel, size)
+                if size <= CHECKPOINT_IN_MEMORY_BYTES:
+                    self.checkpoints[rel] = handle.read(CHECKPOINT_IN_MEMORY_BYTES + 1)
+                    return
+                self.checkpoints[rel] = self._spill(rel, handle, size)
+
+    def _spill(self, rel: str, handle: BinaryIO, size: int) -> SpilledCheckpoint:
+        if self._spilled_bytes + size > MAX_SPILLED_BYTES:
+            raise WorkspaceError(
+                f"{rel} cannot be changed: the originals tachy keeps to revert this run's "
+                f"changes already take {self._spilled_bytes / 1024**2:.0f} MiB, and it keeps "
+                f"at most {MAX_SPILLED_BYTES // 1024**2} MiB (change it with a command)"
+            )
+        if self._spill_dir is None:
+            self._spill_dir = tempfile.mkdtemp(prefix="tachy-checkpoints-")
+            weakref.finalize(self, shutil.rmtree, self._spill_dir, True)
+        fd, path = tempfile.mkstemp(dir=self._spill_dir)
+        with os.fdopen(fd, "wb") as kept:
+            copied = 0
+            while copied < size and (block := handle.read(min(1024**2, size - copied))):
+                kept.write(block)
+                copied += len(block)
+        self._spilled_bytes += copied
+        return SpilledCheckpoint(path, copied)
 
     def changed_files(self) -> list[str]:
         """Files the agent changed (and that still differ from their checkpoint)."""
         changed = []
         for rel, original in sorted(self.checkpoints.items()):
-            if self.read_disk_or_none(rel) != original:
-                changed.append(rel)
+            handle = self._open_or_none(rel)
+            if handle is None or original is None:
+                if (handle is None) != (original is None):
+                    changed.append(rel)
+                if handle is not None:
+                    handle.close()
+                continue
+            with handle:
+                if not _same_content(handle, original):
+                    changed.append(rel)
         return changed
 
     def revert(self, rel: str) -> None:
@@ -336,12 +493,19 @@ class Workspace:
             if rel not in self.checkpoints:
                 raise WorkspaceError(f"{rel} has no checkpoint: the agent did not change it")
             original = self.checkpoints.pop(rel)
-        self.put_back(rel, original)
+        if isinstance(original, SpilledCheckpoint):
+            with original.open() as kept:
+                self.put_back(rel, kept)
+            os.unlink(original.path)
+            self._spilled_bytes -= original.size
+        else:
+            self.put_back(rel, original)
 
-    def put_back(self, rel: str, data: bytes | None) -> None:
-        """Make `rel` hold `data` again (None: remove it), as a revert does: no new
-        checkpoint, since this undoes a change rather than making one. No symlink is
-        followed: a link planted at `rel` since is replaced, never written through."""
+    def put_back(self, rel: str, data: bytes | BinaryIO | None) -> None:
+        """Make `rel` hold `data` (bytes, or a file to copy) again, None: remove it, as a
+        revert does: no new checkpoint, since this undoes a change rather than making
+        one. No symlink is followed: a link planted at `rel` since is replaced, never
+        written through."""
         if data is None:
             self._io(beneath.remove_file, rel)
             self._after_change(rel)

@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 MAX_SYMLINK_HOPS = 40  # as the kernel allows
 
@@ -201,9 +203,9 @@ def read_file(
         return (handle.read() if limit is None else handle.read(limit)), real
 
 
-def write_file(root: Path, rel: str, data: bytes) -> str:
+def write_file(root: Path, rel: str, data: bytes | BinaryIO) -> str:
     """Write the file `rel` beneath `root` atomically (a temporary file renamed over
-    it), keeping an existing file's permission bits; returns `rel`. No symlink is
+    it) with `data` (bytes, or an open file copied in blocks), keeping an existing file's permission bits; returns `rel`. No symlink is
     followed (one along the way is an error, ELOOP) and the rename replaces whatever
     the name holds, so a symlink swapped in at the last moment is replaced, never
     written through. Missing directories are made."""
@@ -220,7 +222,10 @@ def write_file(root: Path, rel: str, data: bytes) -> str:
         )
         try:
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                if isinstance(data, bytes):
+                    handle.write(data)
+                else:
+                    shutil.copyfileobj(data, handle)
                 if old is not None and stat.S_ISREG(old.st_mode):
                     os.fchmod(handle.fileno(), old.st_mode & 0o7777)
             os.rename(tmp, found.name, src_dir_fd=found.dir_fd, dst_dir_fd=found.dir_fd)
@@ -229,6 +234,30 @@ def write_file(root: Path, rel: str, data: bytes) -> str:
                 os.unlink(tmp, dir_fd=found.dir_fd)
             raise
         return found.real
+
+
+def create_file(root: Path, rel: str, mode: int = 0o644) -> int:
+    """A descriptor of the file `rel` beneath `root`, created or emptied, open for
+    writing. No symlink is followed anywhere along the path (ELOOP), so a link planted
+    at `rel` or at a directory above it is never written through; missing directories
+    are made."""
+    with walk(root, rel, follow_last=False, follow_links=False, create_dirs=True) as found:
+        return os.open(
+            found.name,
+            os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+            mode,
+            dir_fd=found.dir_fd,
+        )
+
+
+def make_dirs(root: Path, rel: str) -> Path:
+    """Make the directory `rel` beneath `root` and the ones above it, following no
+    symlink (ELOOP where one is in the way; NotADirectoryError where a file is).
+    Returns its path."""
+    # Directories along a path are made up to its last component: name one below.
+    with walk(root, f"{rel}/_", follow_last=False, follow_links=False, create_dirs=True):
+        pass
+    return root / rel
 
 
 def remove_file(root: Path, rel: str) -> str:

@@ -85,13 +85,18 @@ def secret_name_patterns() -> tuple[str, ...]:
     return SECRET_NAME_PATTERNS + tuple(p.strip() for p in extra.split(",") if p.strip())
 
 
-# One compiled pattern: this runs on every file name of every walk.
-_SECRET_RE = re.compile("|".join(fnmatch.translate(p) for p in secret_name_patterns()))
+# One compiled pattern: this runs on every file name of every walk. Case is ignored:
+# on macOS and Windows `.ENV` is the very file a dotenv loader opens, and `ID_RSA` or
+# `Credentials.json` hold what their lower-case names do anywhere.
+_SECRET_RE = re.compile(
+    "|".join(fnmatch.translate(p) for p in secret_name_patterns()), re.IGNORECASE
+)
+_SECRET_EXCEPTIONS_FOLDED = frozenset(name.casefold() for name in SECRET_NAME_EXCEPTIONS)
 
 
 def is_secret_name(name: str) -> bool:
-    """True when a file name looks like it holds credentials."""
-    return name not in SECRET_NAME_EXCEPTIONS and _SECRET_RE.match(name) is not None
+    """True when a file name looks like it holds credentials, in any letter case."""
+    return name.casefold() not in _SECRET_EXCEPTIONS_FOLDED and _SECRET_RE.match(name) is not None
 
 
 # Directories that hold a project's environments, dependencies and tool caches.
@@ -189,7 +194,7 @@ class IgnoreRules:
     def _decide(self, rel: str, is_dir: bool) -> bool:
         """Ignore decision for `rel` alone, not counting its ancestors."""
         parts = rel.split("/")
-        if is_dir and parts[-1] in self._hidden_dirs:
+        if is_dir and parts[-1].casefold() in self._hidden_dirs:
             return True
         ignored = self._decide_with(self._spec, parts, is_dir)
         if not ignored and self.tighten_only and self._drifted:
@@ -208,6 +213,26 @@ class IgnoreRules:
             if result.include is not None:
                 ignored = result.include
         return ignored
+
+    def ignored_from_the_start(self, rel: str, is_dir: bool = False) -> bool:
+        """Whether `rel` is ignored under the ignore files as first read (for an agent
+        run: as they were before it could change them). A directory the run's own
+        additions ignore is ignored, but not "from the start"."""
+        if rel in ("", "."):
+            return False
+        parts = rel.split("/")
+        for depth in range(1, len(parts) + 1):
+            here, here_is_dir = parts[:depth], is_dir or depth < len(parts)
+            if here_is_dir and here[-1].casefold() in self._hidden_dirs:
+                return True
+            if self._decide_with(self._first_spec, here, here_is_dir):
+                return True
+        return False
+
+    def read_before_change(self, directory: str) -> None:
+        """Take the first reading of `directory`'s ignore files now, before someone
+        changes them: with `tighten_only`, what they hide now stays hidden."""
+        self._spec(directory)
 
     def is_ignored(self, rel: str, is_dir: bool = False) -> bool:
         """True when `rel` (a '/'-separated path relative to the root) is ignored."""

@@ -52,6 +52,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from index import statedir
 from index.chunker import Chunk, chunk_file, embedding_text
 from index.errors import CodeIndexError, IndexBusyError
 from index.ignore import IGNORE_FILES, IgnoreRules, is_secret_name
@@ -467,18 +468,26 @@ class CodeIndex:
         embedder: Any = "default",
         dense: bool = True,
         lock_timeout_s: float = 120.0,
+        rules: IgnoreRules | None = None,
     ) -> None:
+        """`rules`: what decides which files are indexed, when not the workspace's
+        ignore files as they are now (an agent run passes its own, which only
+        tighten)."""
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise CodeIndexError(f"{root} is not a directory")
-        self.dir = Path(cache_dir).resolve() if cache_dir else self.root / ".tachy" / "index"
         try:
-            self.dir.mkdir(parents=True, exist_ok=True)
+            if cache_dir:
+                self.dir = Path(cache_dir).resolve()
+                self.dir.mkdir(parents=True, exist_ok=True)
+            else:
+                # In the workspace, where commands write: made and checked with no
+                # symlink followed, so the index never lands where a planted link points.
+                self.dir = statedir.ensure(self.root, "index")
         except OSError as exc:
-            raise CodeIndexError(
-                f"cannot create the index directory {self.dir}: {exc.strerror}"
-            ) from None
-        self.rules = IgnoreRules(self.root)  # the writer's: read afresh by every update()
+            raise CodeIndexError(f"cannot create the index directory: {exc.strerror}") from None
+        # The writer's: read afresh by every update().
+        self.rules = rules if rules is not None else IgnoreRules(self.root)
         self._visible = _VisibleNow(self.root)  # the searches'
         self.dense = dense and embedder is not None
         self._embedder_spec = embedder

@@ -415,7 +415,8 @@ async def run_agent(args: argparse.Namespace) -> int:
         return 2
     from index.indexer import FreshIndex  # numpy, tree-sitter: only when a run starts
 
-    search_index = FreshIndex(workspace.root)
+    # Built by the run's own rules, which only tighten: nothing it hid is indexed.
+    search_index = FreshIndex(workspace.root, rules=workspace.rules)
     ctx = ToolContext(
         workspace=workspace,
         sandbox=sandbox,

@@ -10,7 +10,8 @@ from msgspec import Meta
 
 from agent.render import clean_terminal_text
 from agent.sandbox import CommandResult
-from agent.tools.base import EVERYTHING, Access, Tool, ToolContext
+from agent.tools.base import EVERYTHING, Access, Tool, ToolContext, ToolError
+from index.statedir import StateDirError
 
 # What the model sees of a command's output: the start and the end.
 MAX_OUTPUT_CHARS = 24_000
@@ -90,7 +91,10 @@ class RunTerminalCmd(Tool):
             )
         )
         if args.background:
-            job = await sandbox.start_job(args.command)
+            try:
+                job = await sandbox.start_job(args.command)
+            except StateDirError as exc:
+                raise ToolError(f"the background job was not started: {exc.strerror}") from None
             return notice + (
                 f"Started background job {job.id}. Its output is written to {job.log_path}; "
                 "read it with read_file. It is stopped when this agent run ends."

@@ -426,8 +426,12 @@ async def test_hidden_paths(repo):
 
 
 def hidden(sandbox: Sandbox) -> list[tuple[str, bool]]:
-    """What the sandbox hides from commands, beside the ignored build/ and debug.log."""
-    return [(m.rel, m.is_dir) for m in sandbox.hidden_paths() if m.action == "hide"]
+    """What the sandbox hides from commands (beside tachy's own .tachy/), by path."""
+    return sorted(
+        (m.rel, m.is_dir)
+        for m in sandbox.hidden_paths()
+        if m.action == "hide" and m.rel != ".tachy"
+    )
 
 
 @pytest.mark.parametrize("trust_cache", [False, True])
@@ -559,7 +563,7 @@ async def test_job_log_is_capped(repo):
 def test_requesting_bubblewrap_where_missing_fails_clearly(repo, monkeypatch):
     import agent.sandbox
 
-    monkeypatch.setattr(agent.sandbox.shutil, "which", lambda name: None)
+    monkeypatch.setattr(agent.sandbox, "host_which", lambda name, workspace=None: None)
     with pytest.raises(RuntimeError, match="bubblewrap"):
         Sandbox(Workspace(repo), SandboxConfig(use_bubblewrap=True))
     assert Sandbox(Workspace(repo)).mode == "subprocess"

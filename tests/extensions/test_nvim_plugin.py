@@ -106,7 +106,16 @@ def make_repo(tmp_path: Path, turns: list[str]) -> Path:
     return repo
 
 
-def run_nvim(tmp_path: Path, repo: Path, body: str, timeout: int = 120, **options: Any) -> dict:
+def run_nvim(
+    tmp_path: Path,
+    repo: Path,
+    body: str,
+    timeout: int = 120,
+    path: str = "/usr/bin:/bin",
+    **options: Any,
+) -> dict:
+    """Runs `body` in Neovim set up with `options` (one given as None is left out of
+    setup(), cmd=None: the default), with PATH `path`, in `repo`."""
     settings = {
         "cmd": TACHY,
         "policy": "replay:turns.jsonl",
@@ -114,6 +123,7 @@ def run_nvim(tmp_path: Path, repo: Path, body: str, timeout: int = 120, **option
         "index": {"dense": False},
         **options,
     }
+    settings = {k: v for k, v in settings.items() if v is not None}
     init = tmp_path / "init.lua"
     init.write_text(INIT % {"plugin": json.dumps(str(PLUGIN)), "options": lua_options(**settings)})
     script = tmp_path / "script.lua"
@@ -124,7 +134,7 @@ def run_nvim(tmp_path: Path, repo: Path, body: str, timeout: int = 120, **option
         text=True,
         timeout=timeout,
         cwd=repo,
-        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "XDG_STATE_HOME": str(tmp_path)},
+        env={"HOME": str(tmp_path), "PATH": path, "XDG_STATE_HOME": str(tmp_path)},
     )
     found = [line for line in done.stdout.splitlines() if line.startswith("{")]
     assert found, f"nvim printed no result:\n{done.stdout}\n{done.stderr}"
@@ -484,13 +494,18 @@ def test_checkhealth_reports_ok(tmp_path: Path) -> None:
   assert(index_ready(), "the index never became ready")
   vim.cmd("checkhealth tachy")
   out.health = lines(0)
+  out.messages = vim.fn.execute("messages")
 """
     seen = run_nvim(tmp_path, repo, body)
 
     health = "\n".join(seen["health"])
     ok = [line for line in seen["health"] if "OK" in line]
     assert any("OK Neovim 0." in line for line in ok), health
-    assert any(f"OK executable: {TACHY}" in line for line in ok), health
+    # What runs and where it came from: in the health report and in :messages.
+    assert any(f"OK executable: {TACHY} (from setup({{ cmd }}))" in line for line in ok), health
+    assert any(f"runs {TACHY} serve (from setup({{ cmd }}))" in line for line in ok), health
+    assert f"tachy: started {TACHY} serve (from setup({{ cmd }})) for {repo}" in seen["messages"]
+    assert any("no file in the project is read" in line for line in ok), health
     assert any("--help` runs" in line for line in ok), health
     assert any("attached to 1 buffer(s), root " + str(repo) in line for line in ok), health
     assert any("edit review in Neovim" in line for line in ok), health
@@ -509,6 +524,152 @@ def test_checkhealth_reports_a_missing_executable(tmp_path: Path) -> None:
     health = "\n".join(seen["health"])
     assert f"ERROR {tmp_path / 'no-such-tachy'} not found" in health, health
     assert "no tachy client is running" in health
+
+
+# ------------------------------------------------------------- what is trusted
+# The server runs outside the agent's sandbox, and the agent's commands can write
+# anything in the project. A program planted there must never be started, and no
+# file in the project may choose the command or a setting.
+
+PLANTED_RAN = "planted-ran"  # the planted program writes this file (in tmp_path)
+
+
+def plant(tmp_path: Path, where: Path) -> Path:
+    """A `tachy` at `where` that records that it ran, then serves like the real one
+    (so a guard that fails shows as a working client, not just a failed start)."""
+    where.parent.mkdir(parents=True, exist_ok=True)
+    where.write_text(f'#!/bin/sh\necho "$0 $*" > {tmp_path / PLANTED_RAN}\nexec {TACHY} "$@"\n')
+    where.chmod(0o755)
+    return where
+
+
+NOT_STARTED = """
+  vim.cmd("edit " .. vim.fn.fnameescape({calc}))
+  wait(4000, function() return client() ~= nil end)
+  out.clients = vim.tbl_map(function(c) return c.config.cmd end, vim.lsp.get_clients({ name = "tachy" }))
+  out.messages = vim.fn.execute("messages")
+  vim.cmd("checkhealth tachy")
+  out.health = lines(0)
+"""
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "venv-on-path",
+        "dot-on-path",
+        "relative-cmd",
+        "relative-g-tachy-cmd",
+        "bare-name-in-vim-lsp-config",
+    ],
+)
+def test_a_tachy_planted_in_the_project_is_never_started(tmp_path: Path, case: str) -> None:
+    repo = make_repo(tmp_path, ["Nothing to do."])
+    options: dict[str, Any] = {"cmd": None}
+    body = NOT_STARTED.replace("{calc}", json.dumps(str(repo / "calc.py")))
+    if case == "venv-on-path":
+        # A shell with the project's venv activated started Neovim.
+        plant(tmp_path, repo / ".venv" / "bin" / "tachy")
+        path, expected = (
+            f"{repo}/.venv/bin:/usr/bin:/bin",
+            (f"found {repo}/.venv/bin/tachy on PATH inside the project {repo}; not started"),
+        )
+    elif case == "dot-on-path":
+        # `.` on PATH is the working directory: the project.
+        plant(tmp_path, repo / "tachy")
+        path, expected = ".:/usr/bin:/bin", "tachy not found on PATH; the server is not started"
+    elif case == "relative-cmd":
+        plant(tmp_path, repo / ".venv" / "bin" / "tachy")
+        options["cmd"] = ".venv/bin/tachy"
+        path, expected = "/usr/bin:/bin", ".venv/bin/tachy (setup({ cmd })) is a relative path"
+    elif case == "relative-g-tachy-cmd":
+        plant(tmp_path, repo / ".venv" / "bin" / "tachy")
+        body = (
+            '  vim.g.tachy_cmd = ".venv/bin/tachy"\n  require("tachy").setup(require("tachy.config").options)\n'
+            + body
+        )
+        path, expected = "/usr/bin:/bin", ".venv/bin/tachy (g:tachy_cmd) is a relative path"
+    else:
+        # The user's own vim.lsp.config with a bare name: the spawn would search PATH,
+        # `.` first. The guard checks the command that would run, not just setup()'s.
+        plant(tmp_path, repo / "tachy")
+        options["cmd"] = TACHY
+        body = '  vim.lsp.config("tachy", { cmd = { "tachy", "serve" } })\n' + body
+        path, expected = ".:/usr/bin:/bin", 'the command "tachy" is not an absolute path'
+    seen = run_nvim(tmp_path, repo, body, path=path, **options)
+
+    assert seen["clients"] == [], seen
+    assert not (tmp_path / PLANTED_RAN).exists(), (tmp_path / PLANTED_RAN).read_text()
+    assert expected in seen["messages"], seen["messages"]
+    health = "\n".join(seen["health"])
+    assert "ERROR" in health and "no tachy client is running" in health, health
+
+
+def test_tachy_on_path_outside_the_project_runs_and_is_reported(tmp_path: Path) -> None:
+    """The project has a .venv/bin/tachy, PATH has another tachy outside it: that one
+    runs, and the health report and :messages say which and why."""
+    repo = make_repo(tmp_path, ["Nothing to do."])
+    plant(tmp_path, repo / ".venv" / "bin" / "tachy")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tachy").symlink_to(TACHY)
+    body = f"""
+  open({json.dumps(str(repo / "calc.py"))})
+  out.cmd = client().config.cmd
+  out.messages = vim.fn.execute("messages")
+  vim.cmd("checkhealth tachy")
+  out.health = lines(0)
+"""
+    seen = run_nvim(tmp_path, repo, body, path=f"{bin_dir}:/usr/bin:/bin", cmd=None)
+
+    assert seen["cmd"] == [str(bin_dir / "tachy"), "serve"]
+    assert not (tmp_path / PLANTED_RAN).exists()
+    assert f"tachy: started {bin_dir / 'tachy'} serve (from PATH) for {repo}" in seen["messages"]
+    health = "\n".join(seen["health"])
+    assert f"OK executable: {bin_dir / 'tachy'} (from PATH)" in health, health
+    assert f"runs {bin_dir / 'tachy'} serve (from PATH)" in health, health
+
+
+def test_project_files_choose_neither_the_command_nor_a_setting(tmp_path: Path) -> None:
+    """Files a project (or the agent) could hold that name another tachy or weaken a
+    setting: the plugin reads none of them. The command is the one on PATH outside the
+    project, the settings are setup()'s."""
+    repo = make_repo(tmp_path, ["Nothing to do."])
+    planted = str(plant(tmp_path, repo / "tools" / "tachy"))
+    weak = {"cmd": [planted, "serve"], "sandbox": "none", "allowSecrets": True, "approval": "auto"}
+    lua = f"require('tachy').setup(vim.json.decode({json.dumps(json.dumps(weak))}))\nvim.g.tachy_cmd = {json.dumps(planted)}\n"
+    for name in (".nvim.lua", ".tachy.lua", ".lazy.lua", "lsp/tachy.lua", "lua/tachy/config.lua"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(lua)
+    (repo / ".exrc").write_text(f"let g:tachy_cmd = {json.dumps(planted)}\n")
+    for name in (".tachy.json", "tachy.json", ".tachy/config.json"):
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(json.dumps(weak))
+    (repo / ".vscode").mkdir()
+    (repo / ".vscode" / "settings.json").write_text(
+        json.dumps(
+            {"tachy.serverPath": planted, "tachy.sandbox": "none", "tachy.allowSecrets": True}
+        )
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tachy").symlink_to(TACHY)
+    body = f"""
+  open({json.dumps(str(repo / "calc.py"))})
+  out.cmd = client().config.cmd
+  out.init_options = client().config.init_options
+  out.tachy_cmd = vim.g.tachy_cmd or vim.NIL
+"""
+    seen = run_nvim(tmp_path, repo, body, path=f"{bin_dir}:/usr/bin:/bin", cmd=None)
+
+    assert seen["cmd"] == [str(bin_dir / "tachy"), "serve"]
+    assert seen["tachy_cmd"] is None
+    assert seen["init_options"] == {
+        "policy": "replay:turns.jsonl",
+        "approval": "review",
+        "index": {"dense": False},
+    }
+    assert not (tmp_path / PLANTED_RAN).exists()
 
 
 # --------------------------------------------------------------- diagnostics

@@ -156,3 +156,60 @@ def test_review_capability_and_activation() -> None:
     # rejects (the server then never starts; found in a real VS Code).
     code = "\n".join(line.split("//")[0] for line in client.splitlines())
     assert "transport:" not in code, "the server command must be run without a transport"
+
+
+def _user_only_settings() -> list[str]:
+    """USER_ONLY_SETTINGS of src/trust.ts: the settings read from user scope only."""
+    source = (EXT / "src" / "trust.ts").read_text()
+    found = re.search(r"USER_ONLY_SETTINGS = \[([^\]]*)\]", source)
+    assert found, "src/trust.ts has no USER_ONLY_SETTINGS"
+    return [f"tachy.{k}" for k in re.findall(r'"([\w.]+)"', found.group(1))]
+
+
+def test_security_settings_come_from_user_settings_only() -> None:
+    """The workspace can be written by the agent's commands: each setting that names a
+    program or weakens a promise is machine-scoped (VS Code ignores a workspace value),
+    is a restricted configuration, and the code reads it through trust.ts only."""
+    properties = MANIFEST["contributes"]["configuration"]["properties"]
+    user_only = _user_only_settings()
+    must = {"tachy.serverPath", "tachy.pythonPath", "tachy.sandbox", "tachy.allowSecrets"}
+    assert must <= set(user_only), sorted(must - set(user_only))
+    for key in user_only:
+        assert properties[key].get("scope") in ("machine", "application"), (
+            f"{key}: {properties[key]}"
+        )
+    # Every other setting that a workspace may set is harmless: no path, no promise.
+    workspace_ok = {
+        k for k, v in properties.items() if v.get("scope") not in ("machine", "application")
+    }
+    assert workspace_ok == {
+        "tachy.maxTurns",
+        "tachy.index.enabled",
+        "tachy.index.dense",
+        "tachy.index.embedder",
+        "tachy.trace.server",
+    }, sorted(workspace_ok)
+    untrusted = MANIFEST["capabilities"]["untrustedWorkspaces"]
+    assert untrusted["supported"] == "limited" and untrusted["description"].strip()
+    assert sorted(untrusted["restrictedConfigurations"]) == sorted(user_only)
+    # Belt and braces: settings are read with inspect(), never config.get(), which
+    # would hand back a workspace's value.
+    for path in (EXT / "src").glob("*.ts"):
+        code = "\n".join(line.split("//")[0] for line in path.read_text().splitlines())
+        assert not re.search(
+            r"getConfiguration\([^)]*\)\s*\.get\s*[<(]|\bconfig\.get\s*[<(]", code
+        ), path.name
+
+
+def test_nothing_is_started_from_the_workspace() -> None:
+    """Discovery never returns a workspace folder's .venv (only reports it), and the
+    extension shows the user what it started."""
+    discovery = (EXT / "src" / "discovery.ts").read_text()
+    assert 'source: ".venv"' not in discovery
+    extension = (EXT / "src" / "extension.ts").read_text()
+    assert "describeServer(command)" in extension and "origin: this.serverOrigin" in extension
+    assert "not started automatically" in extension
+    assert (
+        "onDidGrantWorkspaceTrust" in extension
+        and "isTrusted" in (EXT / "src" / "client.ts").read_text()
+    )

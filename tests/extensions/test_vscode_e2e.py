@@ -254,8 +254,14 @@ def test_extension_in_a_real_vscode(
     tmp_path: Path, workspace: Path, vsix: Path, processes: Processes
 ) -> None:
     exts, data, shots = tmp_path / "extensions", tmp_path / "user-data", tmp_path / "shots"
-    for d in (exts, data / "User", shots):
+    for d in (exts, data / "User", data / "Machine", shots):
         d.mkdir(parents=True)
+    # tachy.serverPath is machine-scoped (never read from a workspace). code-server is
+    # a remote window, where such a setting comes from the Remote settings
+    # (<user-data-dir>/Machine/settings.json), not from the User settings.
+    (data / "Machine" / "settings.json").write_text(
+        json.dumps({"tachy.serverPath": str(TACHY)}, indent=2)
+    )
     (data / "User" / "settings.json").write_text(
         json.dumps(
             {

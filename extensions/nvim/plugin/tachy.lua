@@ -67,6 +67,7 @@ vim.api.nvim_create_autocmd("LspAttach", {
   callback = function(ev)
     local client = vim.lsp.get_client_by_id(ev.data.client_id)
     if client and client.name == "tachy" then
+      require("tachy.status").announce(client)
       require("tachy.status").refresh(client)
       require("tachy.diagnostics").all()
     end

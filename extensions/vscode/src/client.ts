@@ -6,10 +6,11 @@ import * as path from "node:path";
 import * as vscode from "vscode";
 import * as lc from "vscode-languageclient/node";
 
-import { DiscoveryError, findServer, ServerCommand } from "./discovery";
+import { DiscoveryError, DiscoveryInput, ServerCommand } from "./discovery";
 import { fallbackFolder } from "./folders";
-import { experimentalCapabilities } from "./lsp_ext";
-import { serverSettings } from "./settings";
+import { askToFix, experimentalCapabilities } from "./lsp_ext";
+import { Effective, serverSettings } from "./settings";
+import { effectiveGetter, Inspect, restrictedSettings } from "./trust";
 
 function isExecutable(file: string): boolean {
     try {
@@ -20,9 +21,41 @@ function isExecutable(file: string): boolean {
     }
 }
 
-export function currentServerSettings(scope?: vscode.Uri) {
+function realpath(file: string): string {
+    try {
+        return fs.realpathSync(file);
+    } catch {
+        return file;
+    }
+}
+
+/** Whether this workspace is trusted (VS Code's workspace trust; without a folder,
+ * or with trust turned off, it is). Untrusted: Restricted Mode (trust.ts). */
+export function isTrusted(): boolean {
+    return vscode.workspace.isTrusted;
+}
+
+/** The `tachy` section's values as inspect() gives them: trust.ts picks the scopes
+ * that count (never config.get, which would take a workspace's value). */
+export function tachyInspect(scope?: vscode.Uri): Inspect {
     const config = vscode.workspace.getConfiguration("tachy", scope);
-    return serverSettings((key) => config.get(key));
+    return (key) => config.inspect(key);
+}
+
+export function currentServerSettings(scope?: vscode.Uri) {
+    const settings = serverSettings(effectiveGetter(tachyInspect(scope), isTrusted()));
+    return isTrusted() ? settings : restrictedSettings(settings);
+}
+
+/** The values in effect now, to compare on a configuration change. */
+export function currentEffective(): Effective {
+    const get = effectiveGetter(tachyInspect(), isTrusted());
+    return {
+        serverPath: get<string>("serverPath")?.trim() ?? "",
+        pythonPath: get<string>("pythonPath")?.trim() ?? "",
+        trusted: isTrusted(),
+        settings: currentServerSettings(),
+    };
 }
 
 /** With no workspace folder open, the active file's directory (see folders.ts). */
@@ -45,17 +78,19 @@ export function serverFolders(): string[] {
     return open.length > 0 || !single ? open : [single];
 }
 
-/** The command that runs `tachy serve`, from the settings and the workspace. */
-export function serverCommand(): ServerCommand {
-    const config = vscode.workspace.getConfiguration("tachy");
-    return findServer({
-        serverPath: config.get<string>("serverPath"),
-        pythonPath: config.get<string>("pythonPath"),
+/** What discovery looks at: the user's path settings (never a workspace's), the
+ * folders it must not start anything from, PATH. */
+export function discoveryInput(): DiscoveryInput {
+    const get = effectiveGetter(tachyInspect(), isTrusted());
+    return {
+        serverPath: get<string>("serverPath"),
+        pythonPath: get<string>("pythonPath"),
         workspaceFolders: serverFolders(),
         envPath: process.env.PATH,
         home: os.homedir(),
         isExecutable,
-    });
+        realpath,
+    };
 }
 
 // Declares {"tachy": {"review": true}}: the server then sends proposals with
@@ -109,6 +144,14 @@ export function saveAppliedEdits(client: lc.LanguageClient): vscode.Disposable {
 export interface ClientHooks {
     // workspace/executeCommand of a server command (tachy.askToFix), with its result.
     onCommandResult(command: string, result: unknown): void;
+    // A command that would start an agent run, refused in Restricted Mode.
+    onRefused(command: string): void;
+}
+
+/** A server command or code action that starts an agent run. */
+function startsRun(item: vscode.Command | vscode.CodeAction): boolean {
+    const command = item.command; // a Command's id, or a CodeAction's Command
+    return (typeof command === "string" ? command : command?.command) === askToFix.name;
 }
 
 export function createClient(
@@ -157,7 +200,18 @@ export function createClient(
                     });
                 },
             },
+            // Restricted Mode: no agent run starts (ask() in extension.ts refuses
+            // tachy/agent/run), so the server's "Ask tachy to fix" is neither offered
+            // nor run.
+            provideCodeActions: async (document, range, context, token, next) => {
+                const actions = await next(document, range, context, token);
+                return isTrusted() || !actions ? actions : actions.filter((a) => !startsRun(a));
+            },
             executeCommand: async (name, args, next) => {
+                if (!isTrusted() && name === askToFix.name) {
+                    hooks.onRefused(name);
+                    return undefined;
+                }
                 const result = await next(name, args);
                 hooks.onCommandResult(name, result);
                 return result;

@@ -1,20 +1,33 @@
 // The tachy extension: starts `tachy serve`, and gives VS Code search, an agent chat,
 // review of the agent's edits and diagnostics forwarding on top of it. The pieces
 // that need no VS Code live in their own modules (chat, discovery, diagnostics,
-// proposals, settings, status, search_items), with unit tests in test/.
+// proposals, settings, status, search_items, trust), with unit tests in test/.
+// What it trusts (user settings, not the workspace's) is in trust.ts and
+// discovery.ts; in an untrusted workspace it runs in Restricted Mode: search only.
 
 import * as vscode from "vscode";
 import * as lc from "vscode-languageclient/node";
 
 import { buildPrompt, ChatLog, PromptContext } from "./chat";
 import { ChatView, FromWebview } from "./chat_view";
-import { createClient, currentServerSettings, DiscoveryError, saveAppliedEdits, serverCommand } from "./client";
+import {
+    createClient,
+    currentEffective,
+    currentServerSettings,
+    discoveryInput,
+    DiscoveryError,
+    isTrusted,
+    saveAppliedEdits,
+    tachyInspect,
+} from "./client";
 import { DiagnosticsForwarder, EditorDiagnostic } from "./diagnostics";
+import { describeServer, findServer, insideWorkspace, workspaceServers } from "./discovery";
 import * as ext from "./lsp_ext";
 import { Review } from "./review";
 import { pickItems, PickItem } from "./search_items";
-import { RESTART_SETTINGS } from "./settings";
+import { changeAction, Effective, SETTING_KEYS } from "./settings";
 import { pollDelayMs, ServerState, statusView } from "./status";
+import { ignoredWorkspaceSettings, RESTRICTED_MODE, USER_ONLY_SETTINGS } from "./trust";
 
 const MAX_FILE_CONTEXT = 100_000; // characters of the active file put in a prompt
 
@@ -32,6 +45,8 @@ class Tachy implements vscode.Disposable {
     private pollTimer?: NodeJS.Timeout;
     private lastEditor?: vscode.TextEditor = vscode.window.activeTextEditor;
     private sessions = 0;
+    private effective: Effective = currentEffective(); // the settings last acted on
+    private serverOrigin?: string; // what was started, for the tooltip (describeServer)
     private readonly disposables: vscode.Disposable[] = [];
     private clientDisposables: vscode.Disposable[] = [];
 
@@ -58,6 +73,7 @@ class Tachy implements vscode.Disposable {
                 }
             }),
             vscode.workspace.onDidChangeConfiguration((e) => void this.onConfigurationChanged(e)),
+            vscode.workspace.onDidGrantWorkspaceTrust(() => void this.onTrustGranted()),
         );
         this.status.show();
         this.refreshStatus();
@@ -69,9 +85,13 @@ class Tachy implements vscode.Disposable {
     }
 
     async start(): Promise<void> {
+        this.effective = currentEffective();
+        this.serverOrigin = undefined;
+        this.logTrust();
+        const input = discoveryInput();
         let command;
         try {
-            command = serverCommand();
+            command = findServer(input);
         } catch (error) {
             this.setServerState("failed");
             const message = error instanceof DiscoveryError ? error.message : String(error);
@@ -83,7 +103,13 @@ class Tachy implements vscode.Disposable {
             });
             return;
         }
-        this.output.appendLine(`tachy: starting ${command.command} ${command.args.join(" ")} (from ${command.source})`);
+        this.serverOrigin = describeServer(command);
+        this.output.appendLine(`tachy: starting ${this.serverOrigin}`);
+        if (insideWorkspace(command.command, input)) {
+            this.output.appendLine(
+                `tachy: warning: ${command.command} is inside the workspace, where the agent's commands can change it`,
+            );
+        }
         const client = createClient(command, this.output, {
             onCommandResult: (name, result) => {
                 const sessionId = (result as ext.AskToFixResult | undefined)?.sessionId;
@@ -91,6 +117,7 @@ class Tachy implements vscode.Disposable {
                     void this.view.reveal();
                 }
             },
+            onRefused: () => this.refuseInRestrictedMode(),
         });
         this.client = client;
         client.onNotification(ext.agentEvent, (params) => this.onAgentEvent(params));
@@ -161,20 +188,75 @@ class Tachy implements vscode.Disposable {
         await this.start();
     }
 
-    private async onConfigurationChanged(e: vscode.ConfigurationChangeEvent): Promise<void> {
-        if (RESTART_SETTINGS.some((key) => e.affectsConfiguration(key))) {
-            this.output.appendLine("tachy: the server's path changed; restarting it");
-            await this.restart();
-        } else if (e.affectsConfiguration("tachy.policy") && currentServerSettings().policy === undefined) {
-            // A cleared policy cannot be sent (null would override TACHY_POLICY); a new
-            // server starts from its environment's default again.
-            this.output.appendLine("tachy: tachy.policy was cleared; restarting the server");
-            await this.restart();
-        } else if (e.affectsConfiguration("tachy")) {
-            await this.readyClient()?.sendNotification(lc.DidChangeConfigurationNotification.type, {
-                settings: { tachy: currentServerSettings() },
-            });
+    /** What the user should know about trust each time the server starts: Restricted
+     * Mode, workspace values that are ignored, a tachy in the workspace not started. */
+    private logTrust(): void {
+        const trusted = isTrusted();
+        if (!trusted) {
+            this.output.appendLine(`tachy: ${RESTRICTED_MODE}`);
         }
+        const ignored = ignoredWorkspaceSettings(tachyInspect(), SETTING_KEYS, trusted);
+        if (ignored.length) {
+            this.output.appendLine(`tachy: ignoring the workspace's ${ignored.map((k) => `tachy.${k}`).join(", ")}: ${this.ignoredWhy(trusted)}`);
+        }
+        for (const file of workspaceServers(discoveryInput())) {
+            this.output.appendLine(
+                `tachy: found ${file} in the workspace; not started automatically: set tachy.serverPath in your user settings to use it`,
+            );
+        }
+    }
+
+    private ignoredWhy(trusted: boolean): string {
+        return trusted
+            ? "executables and security settings come from your user settings only"
+            : "the workspace is not trusted";
+    }
+
+    private async onConfigurationChanged(e: vscode.ConfigurationChangeEvent): Promise<void> {
+        if (!e.affectsConfiguration("tachy")) {
+            return;
+        }
+        const before = this.effective;
+        const after = currentEffective();
+        this.effective = after;
+        const change = changeAction(before, after);
+        if (change.action === "restart") {
+            this.output.appendLine(`tachy: ${change.why}; restarting the server`);
+            await this.restart();
+        } else if (change.action === "send") {
+            await this.readyClient()?.sendNotification(lc.DidChangeConfigurationNotification.type, {
+                settings: { tachy: after.settings },
+            });
+        } else {
+            // Nothing in effect changed: say so when that is a workspace value ignored.
+            const keys = (isTrusted() ? USER_ONLY_SETTINGS : SETTING_KEYS).filter((k) => e.affectsConfiguration(`tachy.${k}`));
+            const ignored = ignoredWorkspaceSettings(tachyInspect(), keys, isTrusted());
+            if (ignored.length) {
+                this.output.appendLine(
+                    `tachy: ignoring the workspace's ${ignored.map((k) => `tachy.${k}`).join(", ")}: ${this.ignoredWhy(isTrusted())}`,
+                );
+            }
+        }
+    }
+
+    /** Trusted now: workspace settings count and the agent may run; a fresh server
+     * gets them all at once. */
+    private async onTrustGranted(): Promise<void> {
+        this.output.appendLine("tachy: the workspace is trusted now; restarting the server with the agent on");
+        await this.restart();
+    }
+
+    /** Restricted Mode: an agent run was asked for; say why not, and how to allow it. */
+    private refuseInRestrictedMode(sessionId?: string): void {
+        const text = "The agent is off in Restricted Mode: this workspace is not trusted.";
+        if (sessionId) {
+            this.addError(sessionId, `${text} Trust the workspace to run the agent.`);
+        }
+        void vscode.window.showWarningMessage(`tachy: ${text}`, "Manage Workspace Trust").then((choice) => {
+            if (choice === "Manage Workspace Trust") {
+                void vscode.commands.executeCommand("workbench.trust.manage");
+            }
+        });
     }
 
     // ---------------------------------------------------------- status bar
@@ -193,6 +275,8 @@ class Tachy implements vscode.Disposable {
             running: this.running.size,
             pending: this.review.book.pending().length,
             dense: this.denseIndex(),
+            origin: this.serverOrigin,
+            restricted: !isTrusted(),
         });
         this.status.text = view.text;
         this.status.tooltip = view.tooltip;
@@ -265,6 +349,10 @@ class Tachy implements vscode.Disposable {
         const client = this.readyClient();
         if (!client) {
             void vscode.window.showErrorMessage("tachy: the server is not running (tachy: Restart the Language Server).");
+            return undefined;
+        }
+        if (!isTrusted()) {
+            this.refuseInRestrictedMode(`vscode-${Date.now().toString(36)}-${++this.sessions}`);
             return undefined;
         }
         const context = this.promptContext(include);

@@ -56,6 +56,52 @@ export function serverSettings(get: Get): ServerSettings {
     return settings;
 }
 
-// Settings that change how the server is started: a change restarts it. The others
-// are sent with workspace/didChangeConfiguration.
-export const RESTART_SETTINGS = ["tachy.serverPath", "tachy.pythonPath"];
+// Every key the extension reads (under `tachy.`), for telling which workspace values
+// it ignores.
+export const SETTING_KEYS = [
+    "serverPath",
+    "pythonPath",
+    "policy",
+    "approval",
+    "maxTurns",
+    "sandbox",
+    "allowSecrets",
+    "index.enabled",
+    "index.dense",
+    "index.embedder",
+];
+
+/** The values in effect (see trust.ts for which scopes count): the two that say how
+ * the server is started, and what it is sent. */
+export interface Effective {
+    serverPath: string;
+    pythonPath: string;
+    trusted: boolean;
+    settings: ServerSettings;
+}
+
+export type ChangeAction = { action: "restart"; why: string } | { action: "send" } | { action: "none" };
+
+/** What a configuration change calls for, from the effective values before and after.
+ * Comparing effective values, not the keys VS Code says were touched, means a
+ * workspace value of a user-only setting (ignored) restarts nothing and sends
+ * nothing. */
+export function changeAction(before: Effective, after: Effective): ChangeAction {
+    for (const key of ["serverPath", "pythonPath"] as const) {
+        if (before[key] !== after[key]) {
+            return { action: "restart", why: `tachy.${key} changed` };
+        }
+    }
+    if (before.trusted !== after.trusted) {
+        return { action: "restart", why: "the workspace's trust changed" };
+    }
+    if (before.settings.policy !== undefined && after.settings.policy === undefined) {
+        // A cleared policy cannot be sent (null would override TACHY_POLICY); a new
+        // server starts from its environment's default again.
+        return { action: "restart", why: "tachy.policy was cleared" };
+    }
+    if (JSON.stringify(before.settings) !== JSON.stringify(after.settings)) {
+        return { action: "send" };
+    }
+    return { action: "none" };
+}

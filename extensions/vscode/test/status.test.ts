@@ -45,3 +45,21 @@ test("search results as quick-pick items, paths relative to their folder", () =>
     // The query is not the label: VS Code's own filtering would hide every result.
     assert.ok(withSymbol.alwaysShow && plain.alwaysShow);
 });
+
+test("the tooltip says which server runs and where it came from, in every state", () => {
+    const origin = "/usr/bin/tachy serve (from tachy on PATH)";
+    for (const server of ["running", "starting", "stopped", "failed"] as const) {
+        const view = statusView({ server, index: index("ready"), running: 0, pending: 0, dense: true, origin });
+        assert.match(view.tooltip, /Server: \/usr\/bin\/tachy serve \(from tachy on PATH\)/, server);
+    }
+    const pending = statusView({ server: "running", index: index("ready"), running: 0, pending: 1, dense: true, origin });
+    assert.match(pending.tooltip, /Server: \/usr\/bin\/tachy/);
+    assert.equal(statusView({ server: "running", running: 0, pending: 0, dense: true }).tooltip, "tachy");
+});
+
+test("Restricted Mode shows in the status bar and its tooltip", () => {
+    const view = statusView({ server: "running", index: index("ready"), running: 0, pending: 0, dense: true, restricted: true });
+    assert.equal(view.text, "$(check) tachy: restricted");
+    assert.match(view.tooltip, /Restricted Mode .*the agent is off/);
+    assert.doesNotMatch(statusView({ server: "running", index: index("ready"), running: 0, pending: 0, dense: true }).tooltip, /Restricted/);
+});

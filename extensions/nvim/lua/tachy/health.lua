@@ -16,24 +16,54 @@ function M.check()
   end
 
   health.start("tachy: server executable")
-  local exe = config.executable()
-  local path = vim.fn.exepath(exe)
-  if path == "" then
-    health.error(("%s not found"):format(exe), {
+  local server = config.server()
+  local path = server.path
+  if server.error then
+    health.error(server.error, {
       "Install tachy (scripts/setup puts it in .venv/bin/tachy)",
-      "or point the plugin at it: require('tachy').setup{ cmd = '/path/to/tachy' } or vim.g.tachy_cmd",
+      "and point the plugin at it with an absolute path: require('tachy').setup{ cmd = '/path/to/tachy' } or vim.g.tachy_cmd",
     })
   else
-    health.ok("executable: " .. path)
+    local allowed, why = config.allowed(util.root_dir(vim.api.nvim_get_current_buf()))
+    if not allowed then
+      -- Not run here either, not even with --help.
+      health.error(("%s (from %s) is not started: %s"):format(path, server.source, why), {
+        "the agent's commands can write the project: give the path of the tachy you mean to setup{ cmd = ... }",
+      })
+      path = nil
+    else
+      health.ok(("executable: %s (from %s)"):format(path, server.source))
+    end
+  end
+  if path then
     local ok, done = pcall(function()
       return vim.system({ path, "--help" }, { text = true }):wait(15000)
     end)
     if ok and done.code == 0 then
-      health.ok("`" .. exe .. " --help` runs")
+      health.ok("`" .. path .. " --help` runs")
     else
       local why = ok and (done.stderr ~= "" and done.stderr or ("exit code " .. tostring(done.code))) or tostring(done)
-      health.error("`" .. exe .. " --help` failed: " .. vim.trim(why))
+      health.error("`" .. path .. " --help` failed: " .. vim.trim(why))
     end
+  end
+
+  health.start("tachy: what is trusted")
+  health.ok(
+    "the command and the settings come only from your own config (setup(), g:tachy_cmd, PATH outside the project); no file in the project is read"
+  )
+  local settings = config.init_options()
+  local function shown(key, default)
+    local value = settings[key]
+    return ("%s=%s"):format(key, value == nil and (default .. " (server default)") or tostring(value))
+  end
+  health.info(
+    "settings from setup(): "
+      .. table.concat({ shown("approval", "review"), shown("sandbox", "auto"), shown("allowSecrets", "false") }, ", ")
+  )
+  if vim.o.exrc then
+    health.warn("'exrc' is on: a project's .nvim.lua or .exrc, once you :trust it, runs as your own config", {
+      "it can change tachy's command and settings like any of your config; trust only projects you would run code from",
+    })
   end
 
   health.start("tachy: language server")
@@ -47,6 +77,7 @@ function M.check()
   for _, client in ipairs(clients) do
     local bufs = vim.tbl_keys(client.attached_buffers or {})
     health.ok(("client %d attached to %d buffer(s), root %s"):format(client.id, #bufs, client.root_dir or "(none)"))
+    health.ok(("client %d runs %s"):format(client.id, config.describe(client.config.cmd)))
     local review = vim.tbl_get(client.capabilities or {}, "experimental", "tachy", "review")
     if review then
       health.ok("edit review in Neovim (experimental capability tachy.review)")

@@ -8,7 +8,8 @@ local M = {}
 --- Configure and enable the tachy language server (vim.lsp.config + vim.lsp.enable).
 --- opts: cmd, policy, approval, sandbox, allowSecrets, maxTurns, index (server
 --- settings), keymaps, chat, search, diagnostics (plugin options; :help tachy-setup),
---- enable (false: configure only).
+--- enable (false: configure only). These options are the only place the command and
+--- the settings come from: nothing in a project is read (:help tachy-trust).
 function M.setup(opts)
   opts = opts or {}
   local config = require("tachy.config")

@@ -50,6 +50,19 @@ function M.refresh(client)
   end)
 end
 
+local announced = {}
+
+--- Say once per server what was started and where it came from (in :messages too),
+--- so a user always knows which program runs outside the agent's sandbox.
+function M.announce(client)
+  if announced[client.id] then
+    return
+  end
+  announced[client.id] = true
+  M.started = require("tachy.config").describe(client.config.cmd)
+  util.notify(("started %s for %s"):format(M.started, client.root_dir or "no folder"))
+end
+
 --- LspProgress autocmd: ev.data = { client_id, params = { token, value } }.
 function M.on_progress(ev)
   local data = ev.data or {}
