@@ -251,14 +251,12 @@ PROTECTED_METADATA = {
 @dataclass(frozen=True)
 class Mount:
     """One thing a command must not see or change: `hide` (a directory: an empty
-    tmpfs; a file: /dev/null), `protect` (bound read-only onto itself) or `pin` (a
-    directory bound onto itself, writable: a mount point cannot be renamed or removed,
-    so what is hidden below it stays where the rules found it). `rel` is relative to
-    the workspace, or absolute for a repository outside it."""
+    tmpfs; a file: /dev/null) or `protect` (bound read-only onto itself). `rel` is
+    relative to the workspace, or absolute for a repository outside it."""
 
     rel: str
     is_dir: bool
-    action: str  # "hide" | "protect" | "pin"
+    action: str  # "hide" | "protect"
 
 
 @dataclass(frozen=True)
@@ -289,8 +287,14 @@ class HiddenScanner:
     directory the workspace reaches: `.git` folders, folders git takes for a repository
     by their contents (a bare one), and the targets of `.git` files (`gitdir: ...`). A
     repository whose history holds hidden files is hidden whole (agent.githistory).
-    Pinned: every directory above something hidden or a repository, so no command can
-    move what the rules hid to a path they do not match (the rules are path patterns).
+
+    Rules are path patterns, and a command can rename the folders above what they
+    hide. So what is hidden once is known by its inode for the rest of the run
+    (Workspace.hidden_inodes) and stays hidden at any path; the folders searched as
+    ordinary ones are known too (Workspace.searched_dirs), and none of them becomes an
+    environment that is shown unsearched, whatever it is renamed or marked as.
+    Repositories are known by their git directory's inode, so one that is moved is
+    not taken for a new one.
 
     A command starts on every run_terminal_cmd, so walking a large workspace each
     time would dominate start-up. Each directory's verdicts are kept with its inode
@@ -316,8 +320,9 @@ class HiddenScanner:
         self.history_hidden: list[str] | None = []
         # Repositories seen so far (their git directories), `.git` files and links by
         # their inode, and what was done to new ones.
-        self._repositories: set[str] = set()
+        self._repositories: set[int | None] = set()
         self._pointers: dict[str, int | None] = {}
+        self._collapsed: set[str] = set()
         self.notices: list[str] = []
 
     def scan(self) -> list[Mount]:
@@ -343,7 +348,17 @@ class HiddenScanner:
         self._scanned = True
         for gone in self._dirs.keys() - seen:
             del self._dirs[gone]
-        return _arranged([*mounts, *self._repository_mounts(repositories)], self.workspace.root)
+        arranged, collapsed = _arranged(
+            [*mounts, *self._repository_mounts(repositories)], self.workspace.root
+        )
+        for folder in collapsed:
+            if folder not in self._collapsed:
+                self._collapsed.add(folder)
+                self.notices.append(
+                    f"[tachy: {folder} holds more files that commands must not see than "
+                    "the sandbox can hide one by one; commands see it as empty]"
+                )
+        return arranged
 
     def _own_state_dir(self) -> None:
         """.tachy must be a real directory before any command runs: then it is hidden
@@ -477,9 +492,16 @@ class HiddenScanner:
             if entry.name in ALWAYS_HIDDEN_DIRS:
                 mounts.extend(self._metadata(rel, entry.name, is_dir))
                 continue
-            if workspace.is_hidden(rel, is_dir):
+            # What was hidden stays hidden wherever a command moves it (by renaming a
+            # folder above it, so that a path rule no longer matches): it is known by
+            # its inode. Folders searched as ordinary ones are known too: a command
+            # cannot turn one into an environment by renaming or marking it.
+            identity = _inode(entry)
+            if identity in workspace.hidden_inodes or workspace.is_hidden(rel, is_dir):
+                workspace.hidden_inodes.add(identity)
                 mounts.append(Mount(rel, is_dir, "hide"))
             elif is_dir and not workspace.rules.is_ignored(rel, True):
+                workspace.searched_dirs.add(identity)
                 subdirs.append(rel)
             # (A directory that is ignored but not hidden is an environment or a tool's
             # cache, shown to commands as it is: not searched, since a .venv or
@@ -558,10 +580,14 @@ class HiddenScanner:
     def _repository(self, rel: str) -> list[Mount]:
         """A git directory inside the workspace: made safe when a command created it,
         then its config, hooks and the rest of PROTECTED_METADATA are read-only."""
-        if rel not in self._repositories:
+        try:
+            identity = os.lstat(self.workspace.abspath(rel)).st_ino
+        except OSError:
+            identity = None
+        if identity not in self._repositories:
             if self._scanned:
                 self._disarm(rel, True)
-            self._repositories.add(rel)
+            self._repositories.add(identity)
         # An empty hooks directory (as `git init` makes) so that it can be bound
         # read-only: a command must not be able to add one.
         with contextlib.suppress(OSError):
@@ -580,6 +606,11 @@ class HiddenScanner:
             if os.path.lexists(target) and not os.path.islink(target):
                 mounts.append(Mount(f"{rel}/{child}", target.is_dir(), "protect"))
         return mounts
+
+
+def _inode(entry: os.DirEntry) -> int:
+    """The entry's inode number (from the directory listing: no extra system call)."""
+    return entry.inode()
 
 
 def _gitdir_target(path: Path) -> str | None:
@@ -609,11 +640,25 @@ def _beneath_root(root: Path, target: str) -> str | None:
     return None
 
 
-def _arranged(mounts: list[Mount], root: Path) -> list[Mount]:
-    """The mounts in an order bubblewrap can make them: every directory above something
-    hidden or a repository's metadata pinned first, parents before children, nothing
-    made inside a hidden directory (it would show through the empty tmpfs), and paths
-    too long to name replaced by their deepest nameable ancestor, hidden whole."""
+# The most mounts a command's sandbox is given. Each mount costs bubblewrap more than
+# the one before (it reads the mount table every time): 250 take about 80 ms, 1,000
+# about 0.8 s, 2,000 about 5 s on two cores; and bubblewrap takes at most 9,000
+# arguments (3 to 5 a mount). Past this, folders are hidden whole instead.
+MAX_MOUNTS = 1_000
+
+
+def _mounts_made(mount: Mount) -> int:
+    """How many mounts bubblewrap makes for one: at the workspace's own path and at
+    /workspace, or once for a path outside the workspace."""
+    return 1 if mount.rel.startswith("/") else 2
+
+
+def _arranged(mounts: list[Mount], root: Path) -> tuple[list[Mount], list[str]]:
+    """The mounts in an order bubblewrap can make them: parents before children,
+    nothing made inside a hidden directory (it would show through the empty tmpfs),
+    and paths too long to name replaced by their deepest nameable ancestor, hidden
+    whole. When there are more than MAX_MOUNTS, the folders holding the most of them
+    are hidden whole instead (fail closed); those folders are returned too."""
     room = _PATH_MAX - max(len(os.fsencode(str(root))), len(SANDBOX_MOUNT)) - 1
     fitted: dict[str, Mount] = {}
     for mount in mounts:
@@ -625,6 +670,7 @@ def _arranged(mounts: list[Mount], root: Path) -> list[Mount]:
         previous = fitted.get(mount.rel)
         if previous is None or mount.action == "hide":
             fitted[mount.rel] = mount
+    collapsed = _within_budget(fitted)
     hidden_dirs = {m.rel for m in fitted.values() if m.action == "hide" and m.is_dir}
 
     def under_hidden(rel: str) -> bool:
@@ -637,20 +683,33 @@ def _arranged(mounts: list[Mount], root: Path) -> list[Mount]:
             parent = posixpath.dirname(parent)
         return False
 
-    pins: set[str] = set()
-    for mount in fitted.values():
-        if mount.rel.startswith("/") or (
-            mount.action == "protect" and posixpath.basename(mount.rel) in IGNORE_FILES
-        ):
-            continue  # an ignore file moved along with its folder hides nothing new
-        parent = posixpath.dirname(mount.rel)
-        while parent:
-            pins.add(parent)
-            parent = posixpath.dirname(parent)
-    for rel in pins:
-        fitted.setdefault(rel, Mount(rel, True, "pin"))
     arranged = [m for m in fitted.values() if not under_hidden(m.rel)]
-    return sorted(arranged, key=lambda m: (m.rel.count("/"), m.rel))
+    return sorted(arranged, key=lambda m: (m.rel.count("/"), m.rel)), collapsed
+
+
+def _within_budget(fitted: dict[str, Mount]) -> list[str]:
+    """Hide whole the folders that hold the most mounts directly, deepest first,
+    until the mounts fit MAX_MOUNTS. Returns the folders hidden so."""
+    total = sum(_mounts_made(m) for m in fitted.values())
+    collapsed: list[str] = []
+    while total > MAX_MOUNTS:
+        direct: dict[str, int] = {}
+        for rel in fitted:
+            parent = posixpath.dirname(rel)
+            if parent and not rel.startswith("/"):
+                direct[parent] = direct.get(parent, 0) + 1
+        if not direct:
+            break
+        folder = max(direct, key=lambda d: (direct[d], d.count("/"), d))
+        prefix = folder + "/"
+        for rel in [r for r in fitted if r.startswith(prefix)]:
+            total -= _mounts_made(fitted.pop(rel))
+        if folder in fitted:
+            total -= _mounts_made(fitted[folder])
+        fitted[folder] = Mount(folder, True, "hide")
+        total += _mounts_made(fitted[folder])
+        collapsed.append(folder)
+    return collapsed
 
 
 _SAFE_GIT_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
@@ -814,9 +873,7 @@ class Sandbox:
                 sources = [f"{root}/{mount.rel}"] * 2
                 targets = [f"{base}/{mount.rel}" for base in (root, SANDBOX_MOUNT)]
             for source, target in zip(sources, targets, strict=True):
-                if mount.action == "pin":
-                    args += ["--bind", source, target]
-                elif mount.action == "protect":
+                if mount.action == "protect":
                     args += ["--ro-bind", source, target]
                 elif mount.is_dir:
                     args += ["--size", str(_HIDDEN_DIR_BYTES), "--tmpfs", target]

@@ -110,7 +110,13 @@ class Workspace:
         # What binds the run can only tighten while it lasts (see IgnoreRules).
         self.rules = IgnoreRules(self.root, tighten_only=True)
         self.agent_rules = IgnoreRules(self.root, names=(".tachyignore",), tighten_only=True)
-        self._tool_dirs: dict[str, bool] = {}
+        self._tool_dirs: dict[tuple[str, int], bool] = {}
+        # Inodes of what was hidden during the run and of the folders searched as
+        # ordinary ones (filled by the sandbox's scan before each command): a command
+        # can rename the folders above what the rules hid, so what was hidden stays
+        # hidden by its inode, and a searched folder never becomes an environment.
+        self.hidden_inodes: set[int] = set()
+        self.searched_dirs: set[int] = set()
         # Original bytes of each file before the agent first touched it (None: it did
         # not exist; large ones spilled to a scratch file). Guarded by a lock because
         # tools run on worker threads.
@@ -198,11 +204,35 @@ class Workspace:
         one the user's own rules ignored before the run counts: a directory that the
         run ignores by adding a rule (after writing a pyvenv.cfg into it, or naming it
         node_modules) stays hidden, since it may hold what the user hid."""
-        known = self._tool_dirs.get(rel)
+        try:
+            identity = os.lstat(self.abspath(rel)).st_ino
+        except OSError:
+            return False  # cannot be examined: hidden
+        if identity in self.searched_dirs or identity in self.hidden_inodes:
+            return False  # an ordinary folder (or a hidden one) renamed or marked
+        known = self._tool_dirs.get((rel, identity))
         if known is None:
             known = self.rules.ignored_from_the_start(rel, True) and is_tool_dir(self.root, rel)
-            self._tool_dirs[rel] = known
+            self._tool_dirs[rel, identity] = known
         return known
+
+    def _hidden_by_identity(self, real: str, opened: int | None = None) -> bool:
+        """Whether `real`, or a folder on the way to it, is something the run hid
+        before (known by inode, whatever it is called now). `opened`: the inode of the
+        file already opened there."""
+        if not self.hidden_inodes:
+            return False  # no command has run: nothing could have been moved
+        if opened is not None and opened in self.hidden_inodes:
+            return True
+        parts = real.split("/") if real else []
+        for depth in range(1, len(parts) + 1):
+            try:
+                identity = os.lstat(self.abspath("/".join(parts[:depth]))).st_ino
+            except OSError:
+                return False
+            if identity in self.hidden_inodes:
+                return True
+        return False
 
     def is_visible(self, rel: str, is_dir: bool | None = None) -> bool:
         """True unless `rel` (or the file a symlink points to) is ignored or secret."""
@@ -219,7 +249,7 @@ class Workspace:
             real = beneath.real_path(self.root, rel)
         except OSError:
             return False  # out of the workspace, a loop, or unreadable
-        return not self._hidden_target(rel, real, is_dir)
+        return not (self._hidden_target(rel, real, is_dir) or self._hidden_by_identity(real))
 
     def _hidden_target(self, rel: str, real: str, is_dir: bool) -> bool:
         """Whether what `rel` leads to through symlinks (`real`) is hidden."""
@@ -242,7 +272,11 @@ class Workspace:
             raise WorkspaceError(f"{shown} cannot be examined: {exc.strerror or exc}") from None
         exists = info is not None
         is_dir = exists and stat.S_ISDIR(info.st_mode)
-        if self.is_hidden(rel, is_dir) or self._hidden_target(rel, real, is_dir):
+        if (
+            self.is_hidden(rel, is_dir)
+            or self._hidden_target(rel, real, is_dir)
+            or self._hidden_by_identity(real)
+        ):
             if not is_dir and (
                 is_secret_name(posixpath.basename(rel)) or is_secret_name(posixpath.basename(real))
             ):
@@ -271,7 +305,12 @@ class Workspace:
     def walk(self, start: str = "", max_depth: int | None = None):
         """Visible (rel_path, is_dir) entries under `start`, sorted, depth first."""
         return walk_visible(
-            self.root, self.rules, start, allow_secrets=self.allow_secrets, max_depth=max_depth
+            self.root,
+            self.rules,
+            start,
+            allow_secrets=self.allow_secrets,
+            max_depth=max_depth,
+            hidden_inodes=self.hidden_inodes,
         )
 
     # ------------------------------------------------------------------- I/O
@@ -289,6 +328,9 @@ class Workspace:
         if real != rel and self.is_hidden(real, False):
             handle.close()
             raise WorkspaceError(f"{rel} leads (through a symlink) to a file tachy keeps hidden")
+        if self._hidden_by_identity(real, os.fstat(fd).st_ino):
+            handle.close()
+            raise WorkspaceError(f"{rel} is a file tachy keeps hidden (it was moved since)")
         return handle
 
     def read_bytes(self, rel: str) -> bytes:

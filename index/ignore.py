@@ -262,9 +262,11 @@ def walk_visible(
     *,
     allow_secrets: bool = False,
     max_depth: int | None = None,
+    hidden_inodes: set[int] | frozenset[int] = frozenset(),
 ):
     """Yield (rel_path, is_dir) for every visible entry under `start`, sorted, depth first
-    (each directory is followed by its own entries, as in a tree).
+    (each directory is followed by its own entries, as in a tree). Entries whose inode
+    is in `hidden_inodes` (hidden earlier in an agent run, and moved since) are left out.
 
     Ignored directories are not descended into; `max_depth=1` lists `start` only.
     Symlinks are reported but never followed (a symlink to a directory is listed as a
@@ -284,6 +286,8 @@ def walk_visible(
             if rules.is_ignored(rel, is_dir):
                 continue
             if not is_dir and not allow_secrets and is_secret_name(entry.name):
+                continue
+            if hidden_inodes and entry.inode() in hidden_inodes:
                 continue
             visible.append((rel, is_dir))
         return visible

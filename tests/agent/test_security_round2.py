@@ -56,8 +56,7 @@ async def test_an_ignored_folder_made_to_look_like_an_environment_stays_hidden(r
         await ok(ctx, "write_file", path="config/pyvenv.cfg", content="home = /usr/bin")
         ignored = "config/"
     else:
-        moved = await ok(ctx, "run_terminal_cmd", command="mv config node_modules; ls")
-        assert "busy" in moved  # a folder above something hidden cannot be moved
+        await ok(ctx, "run_terminal_cmd", command="mv config node_modules; ls")
         ignored = "node_modules/\nconfig/"
     await ok(ctx, "write_file", path=".gitignore", content=f"build/\n*.log\n{ignored}\n")
     for folder in ("config", "node_modules"):
@@ -69,7 +68,8 @@ async def test_an_ignored_folder_made_to_look_like_an_environment_stays_hidden(r
         assert not leaked(content), content
         _, shown = await call_tool(ctx, "read_file", path=f"{folder}/local.yaml")
         assert not leaked(shown)
-    assert (repo / "config" / "local.yaml").read_text() == f"token: {SECRET}\n"
+    folder = "config" if how == "marker" else "node_modules"
+    assert (repo / folder / "local.yaml").read_text() == f"token: {SECRET}\n"
 
 
 async def test_file_tools_alone_cannot_make_an_environment_of_a_folder(repo):
@@ -95,31 +95,34 @@ async def test_a_new_ignore_file_cannot_negate_what_the_rules_hid(repo):
 @needs_bwrap
 @as_root
 async def test_renaming_the_folder_above_a_hidden_file_uncovers_nothing(repo):
-    """Rules are path patterns: renaming a hidden file's parent would leave anchored
-    patterns matching nothing and read the folder's own ignore files afresh. Folders
-    above what is hidden are mount points for commands, so they cannot be moved."""
+    """Rules are path patterns: renaming a hidden file's parent leaves anchored
+    patterns matching nothing and reads the folder's own ignore files afresh. What was
+    hidden is known by its inode, so it stays hidden at its new path, to commands and
+    to the file tools alike."""
     with_config_folder(repo)
-    (repo / "config" / ".gitignore").write_text("*.pem\n")
+    (repo / "config" / ".gitignore").write_text("*.dat\n")
     (repo / "config" / "deep").mkdir()
-    (repo / "config" / "deep" / "server.pem").write_text(f"{SECRET}\n")
+    (repo / "config" / "deep" / "keys.dat").write_text(f"{SECRET}\n")
     ctx = make_context(repo)
     first = await ok(
         ctx,
         "run_terminal_cmd",
-        command="mv config conf2; mv config/deep config/d2; rmdir config/deep; "
-        "rm -rf config; echo '!*.pem' > conf2/.tachyignore; ls -R . | head -50",
+        command="mv config conf2 && echo '!*.dat' > conf2/.tachyignore && "
+        "echo '!local.yaml' > conf2/.gitignore; mv conf2/deep conf2/d2; ls -R . | head -50",
     )
-    assert "Device or resource busy" in first
     second = await ok(
         ctx,
         "run_terminal_cmd",
-        command="cat config/local.yaml config/deep/server.pem conf2/local.yaml "
-        "conf2/deep/server.pem config/d2/server.pem 2>&1",
+        command="cat conf2/local.yaml conf2/d2/keys.dat conf2/.env 2>&1; "
+        "grep -r -a -h 'local secret' . 2>/dev/null; true",
     )
     assert not leaked(first + second), second
-    assert (repo / "config" / "deep" / "server.pem").is_file()
-    # Folders above nothing hidden still move as they always did.
-    assert "moved" in await ok(ctx, "run_terminal_cmd", command="mv tests t2 && echo moved")
+    for path in ("conf2/local.yaml", "conf2/d2/keys.dat"):
+        assert not leaked(await fails(ctx, "read_file", path=path))
+    listing = await ok(ctx, "list_dir", path="conf2", depth="3")
+    assert "local.yaml" not in listing and "keys.dat" not in listing
+    # Nothing is lost: the files are where the command moved them.
+    assert (repo / "conf2" / "d2" / "keys.dat").read_text() == f"{SECRET}\n"
 
 
 @needs_bwrap
@@ -516,3 +519,27 @@ def test_host_programs_are_never_taken_from_the_workspace(repo, tmp_path, monkey
     assert sandbox.bwrap is None or not sandbox.bwrap.startswith(str(repo))
     sandbox.hidden_paths()
     assert not flag.exists()
+
+
+@needs_bwrap
+async def test_more_hidden_files_than_the_sandbox_mounts_are_hidden_by_folder(repo, monkeypatch):
+    """Each mount makes bubblewrap slower (and it takes at most 9,000 arguments): past
+    MAX_MOUNTS the folders holding the most hidden files are hidden whole (fail
+    closed), and the model is told."""
+    import agent.sandbox
+
+    monkeypatch.setattr(agent.sandbox, "MAX_MOUNTS", 60)
+    for d in range(20):
+        folder = repo / "logs" / f"day{d}"
+        folder.mkdir(parents=True)
+        for n in range(3):
+            (folder / f"run{n}.log").write_text(f"{SECRET}\n")
+        (folder / "keep.py").write_text("x = 1\n")
+    ctx = make_context(repo)
+    content = await ok(
+        ctx, "run_terminal_cmd", command="grep -r -a -h 'local secret' . ; cat src/calc.py"
+    )
+    assert not leaked(content) and "def add" in content
+    assert "commands see it as empty" in content
+    mounts = ctx.sandbox.hidden_paths()
+    assert sum(agent.sandbox._mounts_made(m) for m in mounts) <= 60
