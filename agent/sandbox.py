@@ -14,6 +14,7 @@ memory, and on timeout or cancellation every process the command started is kill
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import itertools
 import os
@@ -640,24 +641,31 @@ def _beneath_root(root: Path, target: str) -> str | None:
     return None
 
 
-# The most mounts a command's sandbox is given. Each mount costs bubblewrap more than
-# the one before (it reads the mount table every time): 250 take about 80 ms, 1,000
-# about 0.8 s, 2,000 about 5 s on two cores; and bubblewrap takes at most 9,000
-# arguments (3 to 5 a mount). Past this, folders are hidden whole instead.
-MAX_MOUNTS = 1_000
+# How many bind mounts a command's sandbox is given (a hidden file is one: /dev/null
+# bound over it, at the workspace's path and at /workspace; so is a protected file).
+# Each bind costs bubblewrap more than the one before, since it reads the whole mount
+# table to remount what lies below read-only: 100 take about 20 ms, 250 about 80 ms,
+# 500 about 0.25 s, 1,000 about 0.8 s, 2,000 about 5 s on two cores. An empty tmpfs
+# (a hidden folder) is cheap: 1,000 take about 80 ms. And bubblewrap takes at most
+# 9,000 arguments. Past either bound, folders are hidden whole instead.
+MAX_BIND_MOUNTS = 300
+MAX_MOUNT_ARGS = 8_000
 
 
-def _mounts_made(mount: Mount) -> int:
-    """How many mounts bubblewrap makes for one: at the workspace's own path and at
-    /workspace, or once for a path outside the workspace."""
-    return 1 if mount.rel.startswith("/") else 2
+def _mounts_made(mount: Mount) -> tuple[int, int]:
+    """(bind mounts, arguments) bubblewrap makes for one: at the workspace's own path
+    and at /workspace, or once for a path outside the workspace."""
+    targets = 1 if mount.rel.startswith("/") else 2
+    if mount.action == "hide" and mount.is_dir:
+        return 0, 5 * targets  # --size N --tmpfs TARGET
+    return targets, 3 * targets
 
 
 def _arranged(mounts: list[Mount], root: Path) -> tuple[list[Mount], list[str]]:
     """The mounts in an order bubblewrap can make them: parents before children,
     nothing made inside a hidden directory (it would show through the empty tmpfs),
     and paths too long to name replaced by their deepest nameable ancestor, hidden
-    whole. When there are more than MAX_MOUNTS, the folders holding the most of them
+    whole. When there are more than _within_budget allows, the folders holding the most
     are hidden whole instead (fail closed); those folders are returned too."""
     room = _PATH_MAX - max(len(os.fsencode(str(root))), len(SANDBOX_MOUNT)) - 1
     fitted: dict[str, Mount] = {}
@@ -673,43 +681,62 @@ def _arranged(mounts: list[Mount], root: Path) -> tuple[list[Mount], list[str]]:
     collapsed = _within_budget(fitted)
     hidden_dirs = {m.rel for m in fitted.values() if m.action == "hide" and m.is_dir}
 
-    def under_hidden(rel: str) -> bool:
-        if rel.startswith("/"):
-            return False
-        parent = posixpath.dirname(rel)
-        while parent:
-            if parent in hidden_dirs:
-                return True
-            parent = posixpath.dirname(parent)
-        return False
-
-    arranged = [m for m in fitted.values() if not under_hidden(m.rel)]
+    arranged = [
+        m for m in fitted.values() if m.rel.startswith("/") or not _inside(m.rel, hidden_dirs)
+    ]
     return sorted(arranged, key=lambda m: (m.rel.count("/"), m.rel)), collapsed
 
 
 def _within_budget(fitted: dict[str, Mount]) -> list[str]:
-    """Hide whole the folders that hold the most mounts directly, deepest first,
-    until the mounts fit MAX_MOUNTS. Returns the folders hidden so."""
-    total = sum(_mounts_made(m) for m in fitted.values())
+    """Hide whole the folders that hold the most mounts directly (deepest first among
+    equals) until the mounts fit MAX_BIND_MOUNTS and MAX_MOUNT_ARGS. Returns the
+    folders hidden so."""
+
+    def over() -> bool:
+        binds = args = 0
+        for mount in fitted.values():
+            made = _mounts_made(mount)
+            binds, args = binds + made[0], args + made[1]
+        return binds > MAX_BIND_MOUNTS or args > MAX_MOUNT_ARGS
+
     collapsed: list[str] = []
-    while total > MAX_MOUNTS:
+    hidden_whole = {rel for rel, m in fitted.items() if m.action == "hide" and m.is_dir}
+    while over():
+        # A round: folders by how many mounts they hold directly; collapsing them makes
+        # their parents the next round's candidates.
         direct: dict[str, int] = {}
         for rel in fitted:
             parent = posixpath.dirname(rel)
-            if parent and not rel.startswith("/"):
+            if parent and not rel.startswith("/") and not _inside(rel, hidden_whole - {rel}):
                 direct[parent] = direct.get(parent, 0) + 1
-        if not direct:
+        order = [d for d in direct if d not in fitted and not _inside(d, hidden_whole)]
+        if not order:
             break
-        folder = max(direct, key=lambda d: (direct[d], d.count("/"), d))
-        prefix = folder + "/"
-        for rel in [r for r in fitted if r.startswith(prefix)]:
-            total -= _mounts_made(fitted.pop(rel))
-        if folder in fitted:
-            total -= _mounts_made(fitted[folder])
-        fitted[folder] = Mount(folder, True, "hide")
-        total += _mounts_made(fitted[folder])
-        collapsed.append(folder)
+        order.sort(key=lambda d: (-direct[d], -d.count("/"), d))
+        names = sorted(fitted)
+        for folder in order:
+            if _inside(folder, hidden_whole):
+                continue
+            first = bisect.bisect_left(names, folder + "/")
+            last = bisect.bisect_left(names, folder + "0")  # "0" sorts right after "/"
+            for rel in names[first:last]:
+                fitted.pop(rel, None)
+            fitted[folder] = Mount(folder, True, "hide")
+            collapsed.append(folder)
+            hidden_whole.add(folder)
+            if not over():
+                break
     return collapsed
+
+
+def _inside(rel: str, folders: set[str]) -> bool:
+    """Whether `rel` lies below one of `folders`."""
+    parent = posixpath.dirname(rel)
+    while parent:
+        if parent in folders:
+            return True
+        parent = posixpath.dirname(parent)
+    return False
 
 
 _SAFE_GIT_CONFIG = "[core]\n\trepositoryformatversion = 0\n\tfilemode = true\n\tbare = false\n"
