@@ -641,32 +641,27 @@ def _beneath_root(root: Path, target: str) -> str | None:
     return None
 
 
-# How many bind mounts a command's sandbox is given (a hidden file is one: /dev/null
-# bound over it, at the workspace's path and at /workspace; so is a protected file).
-# Each bind costs bubblewrap more than the one before, since it reads the whole mount
-# table to remount what lies below read-only: 100 take about 20 ms, 250 about 80 ms,
-# 500 about 0.25 s, 1,000 about 0.8 s, 2,000 about 5 s on two cores. An empty tmpfs
-# (a hidden folder) is cheap: 1,000 take about 80 ms. And bubblewrap takes at most
-# 9,000 arguments. Past either bound, folders are hidden whole instead.
-MAX_BIND_MOUNTS = 300
-MAX_MOUNT_ARGS = 8_000
+# How many mounts a command's sandbox is given (a hidden file is two: /dev/null bound
+# over it at the workspace's path and at /workspace; so is a hidden folder, an empty
+# tmpfs at each). Each bind costs bubblewrap time in proportion to the mounts made
+# before it (it reads the whole mount table to remount what lies below read-only):
+# 100 binds take about 20 ms, 250 about 80 ms, 500 about 0.25 s, 1,000 about 0.8 s,
+# 2,000 about 5 s on two cores. Past this, folders are hidden whole instead.
+MAX_MOUNTS = 300
 
 
-def _mounts_made(mount: Mount) -> tuple[int, int]:
-    """(bind mounts, arguments) bubblewrap makes for one: at the workspace's own path
-    and at /workspace, or once for a path outside the workspace."""
-    targets = 1 if mount.rel.startswith("/") else 2
-    if mount.action == "hide" and mount.is_dir:
-        return 0, 5 * targets  # --size N --tmpfs TARGET
-    return targets, 3 * targets
+def _mounts_made(mount: Mount) -> int:
+    """How many mounts bubblewrap makes for one: at the workspace's own path and at
+    /workspace, or once for a path outside the workspace."""
+    return 1 if mount.rel.startswith("/") else 2
 
 
 def _arranged(mounts: list[Mount], root: Path) -> tuple[list[Mount], list[str]]:
     """The mounts in an order bubblewrap can make them: parents before children,
     nothing made inside a hidden directory (it would show through the empty tmpfs),
     and paths too long to name replaced by their deepest nameable ancestor, hidden
-    whole. When there are more than _within_budget allows, the folders holding the most
-    are hidden whole instead (fail closed); those folders are returned too."""
+    whole. When there are more than MAX_MOUNTS, the folders holding the most are
+    hidden whole instead (fail closed); those folders are returned too."""
     room = _PATH_MAX - max(len(os.fsencode(str(root))), len(SANDBOX_MOUNT)) - 1
     fitted: dict[str, Mount] = {}
     for mount in mounts:
@@ -689,25 +684,17 @@ def _arranged(mounts: list[Mount], root: Path) -> tuple[list[Mount], list[str]]:
 
 def _within_budget(fitted: dict[str, Mount]) -> list[str]:
     """Hide whole the folders that hold the most mounts directly (deepest first among
-    equals) until the mounts fit MAX_BIND_MOUNTS and MAX_MOUNT_ARGS. Returns the
-    folders hidden so."""
-
-    def over() -> bool:
-        binds = args = 0
-        for mount in fitted.values():
-            made = _mounts_made(mount)
-            binds, args = binds + made[0], args + made[1]
-        return binds > MAX_BIND_MOUNTS or args > MAX_MOUNT_ARGS
-
+    equals) until the mounts fit MAX_MOUNTS. Returns the folders hidden so."""
+    total = sum(_mounts_made(m) for m in fitted.values())
     collapsed: list[str] = []
     hidden_whole = {rel for rel, m in fitted.items() if m.action == "hide" and m.is_dir}
-    while over():
+    while total > MAX_MOUNTS:
         # A round: folders by how many mounts they hold directly; collapsing them makes
         # their parents the next round's candidates.
         direct: dict[str, int] = {}
         for rel in fitted:
             parent = posixpath.dirname(rel)
-            if parent and not rel.startswith("/") and not _inside(rel, hidden_whole - {rel}):
+            if parent and not rel.startswith("/"):
                 direct[parent] = direct.get(parent, 0) + 1
         order = [d for d in direct if d not in fitted and not _inside(d, hidden_whole)]
         if not order:
@@ -715,17 +702,19 @@ def _within_budget(fitted: dict[str, Mount]) -> list[str]:
         order.sort(key=lambda d: (-direct[d], -d.count("/"), d))
         names = sorted(fitted)
         for folder in order:
+            if total <= MAX_MOUNTS:
+                break
             if _inside(folder, hidden_whole):
                 continue
             first = bisect.bisect_left(names, folder + "/")
             last = bisect.bisect_left(names, folder + "0")  # "0" sorts right after "/"
             for rel in names[first:last]:
-                fitted.pop(rel, None)
+                if rel in fitted:
+                    total -= _mounts_made(fitted.pop(rel))
             fitted[folder] = Mount(folder, True, "hide")
+            total += _mounts_made(fitted[folder])
             collapsed.append(folder)
             hidden_whole.add(folder)
-            if not over():
-                break
     return collapsed
 
 

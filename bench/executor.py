@@ -450,8 +450,8 @@ async def bench_sandbox(
         measures["wide_sandbox_bwrap"] = (lambda: checked(wide), True, scale_repeats)
         measures["wide_hidden_paths"] = (wide.hidden_paths, False, scale_repeats)
         # The same with hidden files in some of its 500 folders (every 20th: 50 files,
-        # 100 bind mounts) and in all of them (1,000 files: 2,000 binds, past
-        # agent.sandbox.MAX_BIND_MOUNTS, so folders are hidden whole).
+        # 100 mounts) and in all of them (1,000 files: 2,000 mounts, past
+        # agent.sandbox.MAX_MOUNTS, so folders are hidden whole).
         for label, hidden_root in hidden_roots.items():
             spread = Sandbox(Workspace(hidden_root), SandboxConfig(use_bubblewrap=True))
             measures[f"{label}_bwrap"] = (lambda s=spread: checked(s), True, scale_repeats)
