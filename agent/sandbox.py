@@ -324,6 +324,8 @@ class HiddenScanner:
         self._repositories: set[int | None] = set()
         self._pointers: dict[str, int | None] = {}
         self._collapsed: set[str] = set()
+        self._last_found: list[Mount] | None = None
+        self._last_arranged: list[Mount] = []
         self.notices: list[str] = []
 
     def scan(self) -> list[Mount]:
@@ -349,9 +351,11 @@ class HiddenScanner:
         self._scanned = True
         for gone in self._dirs.keys() - seen:
             del self._dirs[gone]
-        arranged, collapsed = _arranged(
-            [*mounts, *self._repository_mounts(repositories)], self.workspace.root
-        )
+        found = [*mounts, *self._repository_mounts(repositories)]
+        if found == self._last_found:  # nothing changed: the same arrangement
+            return list(self._last_arranged)
+        arranged, collapsed = _arranged(found, self.workspace.root)
+        self._last_found, self._last_arranged = found, arranged
         for folder in collapsed:
             if folder not in self._collapsed:
                 self._collapsed.add(folder)
