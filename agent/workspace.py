@@ -12,7 +12,6 @@ trainer uses it as is on a sandbox copy.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import posixpath
@@ -408,12 +407,14 @@ class Workspace:
                 f"{rel} is repository metadata (.git); the agent's file tools do not create "
                 "or change it (use git commands)"
             )
+        markers = set().union(*GIT_DIR_SHAPES)
         for depth in range(len(parts) - 1, -1, -1):
             directory = "/".join(parts[:depth])
-            names = {parts[depth]}
-            # A directory that does not exist yet holds only what this write adds.
-            with contextlib.suppress(OSError):
-                names.update(os.listdir(self.abspath(directory)))
+            # What the directory holds after this write: what is there, and what the
+            # write adds (a directory that does not exist yet holds only that).
+            names = {parts[depth]} | {
+                name for name in markers if os.path.lexists(self.abspath(directory) / name)
+            }
             if any(shape <= names for shape in GIT_DIR_SHAPES):
                 raise WorkspaceError(
                     f"{rel} would be in a directory git takes for a repository "
