@@ -51,7 +51,7 @@ from model.model import Model
 from model.tokenizer import train_bpe
 from training.rl.config import RLConfig
 from training.rl.controller import RLRun
-from training.rl.inference import InferenceActor
+from training.rl.inference import InferenceActor, pack_weights
 from training.tasks.taskset import Task, TaskMeta, append_tasks
 
 # The test sleeps a long-tailed time, then flips a coin: the agent cannot change either.
@@ -148,7 +148,7 @@ def weight_sync(root: Path, name: str, repeats: int) -> dict[str, Any]:
     times = []
     for version in range(1, repeats + 1):
         started = time.perf_counter()
-        ref = ray.put(model.sampling_state())
+        ref = ray.put(pack_weights(model.sampling_state()))
         ray.get(actor.set_weights.remote(version, ref))
         times.append(time.perf_counter() - started)
     ray.kill(actor)
@@ -182,7 +182,7 @@ def weight_sync_part(repeats: int, rank: int = 16) -> dict[str, Any]:
             version += 1
             started = time.perf_counter()
             state = make()
-            ref = ray.put(state)
+            ref = ray.put(pack_weights(state))
             ray.get(actor.set_weights.remote(version, ref, kind == "adapters"))
             times.append(time.perf_counter() - started)
             size = sum(t.numel() * t.element_size() for t in state.values())

@@ -60,7 +60,7 @@ from training.env.pool import EnvLimits
 from training.eval.stats import bootstrap_ci
 from training.rl.buffer import RolloutBuffer, TaskSampler
 from training.rl.config import RLConfig
-from training.rl.inference import InferenceActor
+from training.rl.inference import InferenceActor, pack_weights
 from training.rl.rollout_worker import RolloutResult, RolloutSettings, RolloutWorker
 from training.rl.trainer import RLTrainer
 from training.sft.adapters import AdaptedModel
@@ -177,7 +177,7 @@ class RLRun:
         partial = isinstance(self.trainer.model, AdaptedModel)  # only what adapters change
         state = self.trainer.model.sampling_state()
         self.sync_bytes = sum(t.numel() * t.element_size() for t in state.values())
-        ref = ray.put(state)
+        ref = ray.put(pack_weights(state))
         ray.get([a.set_weights.remote(self.trainer.version, ref, partial) for a in self.inference])
         return time.perf_counter() - started
 

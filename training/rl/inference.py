@@ -3,7 +3,7 @@ token-out samples to rollout workers, with the trainer's weights synced in after
 step.
 
     actor = InferenceActor.remote("ckpt/", max_batch=8, temperature=1.0, seed=0)
-    ray.get(actor.set_weights.remote(3, ray.put(trainer_model.sampling_state())))
+    ray.get(actor.set_weights.remote(3, ray.put(pack_weights(trainer_model.sampling_state()))))
     sample = await actor.generate.remote(prompt_ids, 512)      # a token_policy.Sample
 
 Batching: requests queue up while the engine works; each engine call takes up to
@@ -37,6 +37,36 @@ from model.batcher import Batcher
 from model.checkpoint import open_model
 from model.generate import Engine, SamplingParams
 from training.rl.token_policy import Sample
+
+# torch (2.13) cannot unpickle a float8 tensor (its storage has no dtype on the way
+# back: "UntypedStorage has no attribute 'dtype'"), and Ray pickles what it puts in the
+# object store, so a full weight sync of an MXFP8 model failed. Float8 tensors travel
+# as their bytes, a uint8 view tagged with the dtype, and are viewed back on arrival.
+_FLOAT8 = {
+    str(dtype): dtype
+    for dtype in (
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+        torch.float8_e4m3fnuz,
+        torch.float8_e5m2fnuz,
+    )
+}
+
+
+def pack_weights(state: dict[str, Tensor]) -> dict[str, Tensor | tuple[str, Tensor]]:
+    """`state` in a form that pickles (and so goes through Ray's object store)."""
+    return {
+        name: (str(t.dtype), t.view(torch.uint8)) if str(t.dtype) in _FLOAT8 else t
+        for name, t in state.items()
+    }
+
+
+def unpack_weights(packed: dict[str, Tensor | tuple[str, Tensor]]) -> dict[str, Tensor]:
+    """The state dict pack_weights packed (a plain state dict passes unchanged)."""
+    return {
+        name: value[1].view(_FLOAT8[value[0]]) if isinstance(value, tuple) else value
+        for name, value in packed.items()
+    }
 
 
 class InferenceService:
@@ -96,12 +126,14 @@ class InferenceService:
         )
 
     async def set_weights(
-        self, version: int, weights: dict[str, Tensor], partial: bool = False
+        self, version: int, weights: dict[str, Tensor | tuple[str, Tensor]], partial: bool = False
     ) -> float:
-        """Load the trainer's weights (its model's sampling_state) as `version`, between
+        """Load the trainer's weights (its model's sampling_state, packed by
+        pack_weights or not) as `version`, between
         engine calls; `partial`: only the tensors an adapter trainer changes. Returns
         the seconds it took, waiting for a running call included."""
         started = time.perf_counter()
+        weights = unpack_weights(weights)
 
         # on the engine's thread, between its calls
         await asyncio.wrap_future(
