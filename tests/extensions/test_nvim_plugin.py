@@ -605,14 +605,20 @@ def test_a_tachy_planted_in_the_project_is_never_started(tmp_path: Path, case: s
     assert "ERROR" in health and "no tachy client is running" in health, health
 
 
+def tachy_on_path(tmp_path: Path) -> Path:
+    """A folder outside the project holding the real tachy, to put on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "tachy").symlink_to(TACHY)
+    return bin_dir
+
+
 def test_tachy_on_path_outside_the_project_runs_and_is_reported(tmp_path: Path) -> None:
     """The project has a .venv/bin/tachy, PATH has another tachy outside it: that one
     runs, and the health report and :messages say which and why."""
     repo = make_repo(tmp_path, ["Nothing to do."])
     plant(tmp_path, repo / ".venv" / "bin" / "tachy")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "tachy").symlink_to(TACHY)
+    bin_dir = tachy_on_path(tmp_path)
     body = f"""
   open({json.dumps(str(repo / "calc.py"))})
   out.cmd = client().config.cmd
@@ -651,9 +657,7 @@ def test_project_files_choose_neither_the_command_nor_a_setting(tmp_path: Path) 
             {"tachy.serverPath": planted, "tachy.sandbox": "none", "tachy.allowSecrets": True}
         )
     )
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "tachy").symlink_to(TACHY)
+    bin_dir = tachy_on_path(tmp_path)
     body = f"""
   open({json.dumps(str(repo / "calc.py"))})
   out.cmd = client().config.cmd
