@@ -501,7 +501,7 @@ class HiddenScanner:
             # folder above it, so that a path rule no longer matches): it is known by
             # its inode. Folders searched as ordinary ones are known too: a command
             # cannot turn one into an environment by renaming or marking it.
-            identity = _inode(entry)
+            identity = entry.inode()  # from the directory listing: no system call
             if identity in workspace.hidden_inodes or workspace.is_hidden(rel, is_dir):
                 workspace.hidden_inodes.add(identity)
                 mounts.append(Mount(rel, is_dir, "hide"))
@@ -611,11 +611,6 @@ class HiddenScanner:
             if os.path.lexists(target) and not os.path.islink(target):
                 mounts.append(Mount(f"{rel}/{child}", target.is_dir(), "protect"))
         return mounts
-
-
-def _inode(entry: os.DirEntry) -> int:
-    """The entry's inode number (from the directory listing: no extra system call)."""
-    return entry.inode()
 
 
 def _gitdir_target(path: Path) -> str | None:
