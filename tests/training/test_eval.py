@@ -15,7 +15,7 @@ import pytest
 
 from agent import events as ev
 from agent.policy import PolicyError, register_policy
-from training.eval.run import EvalSettings, load_results, run_eval, summarize
+from training.eval.run import Attempt, EvalSettings, load_results, run_eval, summarize
 from training.eval.stats import bootstrap_ci, pass_at_k
 from training.tasks.taskset import Task, TaskError, TaskMeta, append_tasks
 
@@ -328,3 +328,26 @@ def test_cancelling_an_eval_stops_the_turn_being_generated(taskset, tmp_path):
 
     asyncio.run(main())
     assert load_results(tmp_path / "r.jsonl")[1] == []
+
+
+def test_the_report_gives_pass_at_1_and_pass_at_k_per_family_easiest_first():
+    def attempt(task: str, family: str, index: int, solved: bool) -> Attempt:
+        return Attempt(
+            task_id=task, project="p", family=family, attempt=index,
+            status="solved" if solved else "failed", stop_reason="end_turn",
+        )  # fmt: skip
+
+    attempts = [
+        *(attempt("m-1", "mutation", i, False) for i in range(4)),
+        *(attempt("n-1", "misspelled_name", i, i < 2) for i in range(4)),
+        *(attempt("n-2", "misspelled_name", i, False) for i in range(4)),
+    ]
+    report = summarize(attempts, k=4)
+    assert list(report["families"]) == ["misspelled_name", "mutation"]
+    names = report["families"]["misspelled_name"]
+    assert names["tasks"] == 2
+    assert names["pass_at_1"]["value"] == 0.25  # (2/4 + 0/4) / 2
+    assert names["pass_at_4"]["value"] == 0.5  # one task of two solved in 4 tries
+    assert names["pass_at_1"]["ci95"] == [0.0, 0.5]
+    assert report["families"]["mutation"]["pass_at_4"]["value"] == 0.0
+    assert report["pass_at_1"]["value"] == round(0.25 * 2 / 3, 4)

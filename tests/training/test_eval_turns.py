@@ -63,7 +63,7 @@ def taskset(tmp_path: Path) -> Path:
         fail_to_pass=["tests/test_ops.py::test_add"],
         pass_to_pass=["tests/test_ops.py::test_scale"],
         files={"calc/ops.py": BUGGY}, test_files=["tests/test_ops.py"],
-        metadata=TaskMeta(source="test:calc", project="calc", mutation=mutation),
+        metadata=TaskMeta(source="test:calc", project="calc", sites=[mutation]),
     )  # fmt: skip
     append_tasks(set_dir, [task])
     return set_dir
@@ -77,7 +77,7 @@ def test_an_edit_that_gives_the_fixed_file_fixes_whatever_its_context():
     elsewhere = SHORT_FIX.replace("calc/ops.py", "calc/other.py")
     assert apply_edits(BUGGY, "calc/ops.py", parse_all(elsewhere)) == BUGGY  # not this file
     expert = SHORT_FIX.replace("a - b", "    return a - b").replace("a + b", "    return a + b")
-    fix = ("calc/ops.py", BUGGY, fixed)
+    fix = {"calc/ops.py": (BUGGY, fixed)}
     s = score_turn("t", 2, expert, SHORT_FIX, fix)
     assert (s.well_formed, s.same_tools, s.exact, s.fixes) == (True, True, False, True)
     # the same calls up to blank space around values, in another order, are exact

@@ -70,14 +70,16 @@ def taskset(tmp_path: Path) -> Path:
         metadata=TaskMeta(
             source="test",
             project="calc",
-            mutation=Mutation(
-                operator="binary_operator",
-                path="calc/ops.py",
-                line=6,
-                original="a + b",
-                mutated="a - b",
-                description="`+` changed to `-` in `add`",
-            ),
+            sites=[
+                Mutation(
+                    operator="binary_operator",
+                    path="calc/ops.py",
+                    line=6,
+                    original="a + b",
+                    mutated="a - b",
+                    description="`+` changed to `-` in `add`",
+                )
+            ],
         ),
     )
     append_tasks(tmp_path / "set", [task])
@@ -113,7 +115,9 @@ async def test_the_expert_solves_the_task_through_the_tools(pool):
     task = pool.task("calc-1")
     env = pool.acquire(task)
     try:
-        policy = Recording(ExpertPolicy(task, env.workspace.read_bytes("calc/ops.py").decode()))
+        policy = Recording(
+            ExpertPolicy(task, {"calc/ops.py": env.workspace.read_bytes("calc/ops.py").decode()})
+        )
         episode = await run_episode(env, policy, max_turns=10)
     finally:
         pool.release(env)
@@ -217,3 +221,23 @@ def test_test_runner_drops_the_test_paths():
     )  # fmt: skip
     assert runner_command(task) == "PYTHONPATH=src python -m pytest -q -p no:cacheprovider"
     assert json.dumps(runner_command(task))  # plain text
+
+
+async def test_scoring_never_writes_through_a_folder_a_rollout_swapped_for_a_symlink(
+    pool, tmp_path: Path
+):
+    # The tests are put back before scoring; a `tests` folder replaced by a link to a
+    # host folder must not make that restore write on the host.
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    task = pool.task("calc-1")
+    env = pool.acquire(task)
+    try:
+        swap = f'<tool_call name="run_terminal_cmd">\n<command>rm -rf tests && ln -s {outside} tests</command>\n</tool_call>'
+        episode = await run_episode(env, replay(swap, "Done."), max_turns=3)
+        assert not (env.root / "tests").is_symlink()
+        assert (env.root / "tests" / "test_ops.py").read_text() == TESTS
+    finally:
+        pool.release(env)
+    assert list(outside.iterdir()) == []
+    assert episode.score.reward < 1.0  # the bug is still there

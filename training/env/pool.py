@@ -197,8 +197,7 @@ class Env:
         command = task_test_command(self.pool.taskset_dir, self.task)
         try:
             if restore_tests:
-                paths = [*self.task.test_files, *self._test_config_paths()]
-                await asyncio.to_thread(snapshot.restore_paths, self.root, self.snapshot_dir, paths)
+                await asyncio.to_thread(self._restore_tests)
             report = await run_tests(self._test_sandbox, command, timeout_s=self.task.timeout_s)
         except (OSError, SnapshotError) as exc:
             if not (isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)):
@@ -210,6 +209,17 @@ class Env:
         if free is not None and free < _DISK_NEARLY_FULL:
             report.output += "\n" + self._disk_full_note()
         return report
+
+    def _restore_tests(self) -> None:
+        """The test files and pytest's configuration back to the task's start: the
+        snapshot's text, then the task's own for tests its bug changes (a rename).
+        The rollout's background jobs are stopped first: one still running could
+        rewrite a test after it is restored, or swap a folder for a symlink under it."""
+        self._stop_jobs()
+        paths = [*self.task.test_files, *self._test_config_paths()]
+        snapshot.restore_paths(self.root, self.snapshot_dir, paths)
+        own = {path: self.task.files[path] for path in paths if path in self.task.files}
+        snapshot.write_files(self.root, own)
 
     def _disk_full_note(self) -> str:
         return (

@@ -306,10 +306,23 @@ def write_files(root: Path, files: dict[str, str]) -> None:
         target = root / rel
         if os.path.commonpath([root, os.path.abspath(target)]) != str(root):
             raise SnapshotError(f"task file {rel!r} lies outside the repository")
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _plain_folders(root, rel)
         if target.is_symlink() or target.is_dir():
             remove_tree(target)
         target.write_text(text, encoding="utf-8")
+
+
+def _plain_folders(root: Path, rel: str) -> None:
+    """Make every folder above root/rel a real directory: a symlink or file a rollout
+    put in the way is removed (never followed), so what is written next lands inside
+    the checkout. Run with the rollout's processes stopped."""
+    folder = root
+    for part in Path(rel).parts[:-1]:
+        folder = folder / part
+        if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+            remove_tree(folder)
+        if not folder.exists():
+            folder.mkdir()
 
 
 def restore_paths(root: Path, snapshot: Path, paths: list[str]) -> None:
@@ -319,6 +332,7 @@ def restore_paths(root: Path, snapshot: Path, paths: list[str]) -> None:
         source, target = snapshot / rel, root / rel
         if os.path.commonpath([root, os.path.abspath(target)]) != str(root):
             raise SnapshotError(f"test path {rel!r} lies outside the repository")
+        _plain_folders(root, rel)
         if target.is_symlink() or target.exists():
             remove_tree(target)
         if source.is_symlink():

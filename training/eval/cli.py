@@ -280,12 +280,15 @@ def _builtins(settings) -> dict:
     return msgspec.to_builtins(settings)
 
 
+def _rate(r: dict) -> str:
+    return f"{r['value']:.1%} [{r['ci95'][0]:.1%}, {r['ci95'][1]:.1%}]"
+
+
 def human(report: dict, k: int) -> str:
     """The summary a person reads on stderr."""
 
     def rate(name: str) -> str:
-        r = report[name]
-        return f"{r['value']:.1%} [{r['ci95'][0]:.1%}, {r['ci95'][1]:.1%}]"
+        return _rate(report[name])
 
     lines = [
         f"pass@1 {rate('pass_at_1')} over {report['scored_tasks']} tasks "
@@ -293,6 +296,11 @@ def human(report: dict, k: int) -> str:
     ]
     if k > 1:
         lines.append(f"pass@{k} {rate(f'pass_at_{k}')}")
+    for family, r in report["families"].items():
+        at_k = f", pass@{k} {_rate(r[f'pass_at_{k}'])}" if k > 1 else ""
+        lines.append(
+            f"  {family}: pass@1 {_rate(r['pass_at_1'])}{at_k} over {r['tasks']} tasks"
+        )
     for project, r in report["projects"].items():
         lines.append(f"  {project}: {r['value']:.1%} of {r['tasks']} tasks")
     share = report["well_formed_share"]

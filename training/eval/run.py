@@ -55,6 +55,7 @@ class EvalSettings(msgspec.Struct, kw_only=True):
 class Attempt(msgspec.Struct, kw_only=True):
     task_id: str
     project: str
+    family: str = "mutation"  # the task's family (training.tasks.families)
     attempt: int  # 0-based
     status: str  # solved | failed | unscored
     stop_reason: str
@@ -143,8 +144,8 @@ def attempt_of(task: Task, index: int, episode: Episode, counts: dict) -> Attemp
     else:
         status = "solved" if episode.score.reward == 1.0 and not episode.truncated else "failed"
     return Attempt(
-        task_id=task.id, project=task.metadata.project, attempt=index, status=status,
-        stop_reason=episode.stop_reason, reward=episode.score.reward, error=episode.error,
+        task_id=task.id, project=task.metadata.project, family=task.metadata.family,
+        attempt=index, status=status, stop_reason=episode.stop_reason, reward=episode.score.reward, error=episode.error,
         turns=shape.turns, tool_calls=shape.tool_calls, malformed_calls=shape.malformed_calls,
         turns_with_calls=shape.turns_with_calls,
         parallel_calls_per_turn=shape.parallel_calls_per_turn,
@@ -305,8 +306,8 @@ async def _attempt(
 
 def _unscored(task: Task, index: int, why: str) -> Attempt:
     return Attempt(
-        task_id=task.id, project=task.metadata.project, attempt=index, status="unscored",
-        stop_reason="error", error=why,
+        task_id=task.id, project=task.metadata.project, family=task.metadata.family,
+        attempt=index, status="unscored", stop_reason="error", error=why,
     )  # fmt: skip
 
 
@@ -330,12 +331,15 @@ def summarize(attempts: list[Attempt], *, k: int = 1, seed: int = 0) -> dict:
             {"task_id": a.task_id, "attempt": a.attempt, "error": a.error}
             for a in attempts if a.status == "unscored"
         ],
-        "pass_at_1": _estimate(list(per_task_1.values()), seed),
     }  # fmt: skip
-    if k > 1:
-        eligible = {t: runs for t, runs in scored.items() if len(runs) >= k}
-        values = [pass_at_k(len(r), _solved(r), k) for r in eligible.values()]
-        report[f"pass_at_{k}"] = _estimate(values, seed) | {"tasks": len(eligible)}
+    report |= _pass_rates(scored, k, seed)
+    families: dict[str, dict[str, list[Attempt]]] = {}
+    for t, runs in scored.items():
+        families.setdefault(runs[0].family, {})[t] = runs
+    report["families"] = {
+        f: _pass_rates(runs, k, seed) | {"tasks": len(runs)}
+        for f, runs in sorted(families.items(), key=lambda item: _family_order(item[0]))
+    }
     projects: dict[str, list[float]] = {}
     for t, runs in scored.items():
         projects.setdefault(runs[0].project, []).append(per_task_1[t])
@@ -350,6 +354,26 @@ def summarize(attempts: list[Attempt], *, k: int = 1, seed: int = 0) -> dict:
         for t, r in scored.items()
     ]  # fmt: skip
     return report
+
+
+def _pass_rates(scored: dict[str, list[Attempt]], k: int, seed: int) -> dict:
+    """pass@1 over the tasks (the mean of each task's solved share) and, for k > 1, the
+    unbiased pass@k over tasks with at least k scored attempts; 95 % bootstrap
+    intervals over tasks."""
+    rates = {"pass_at_1": _estimate([_solved(r) / len(r) for r in scored.values()], seed)}
+    if k > 1:
+        eligible = [r for r in scored.values() if len(r) >= k]
+        values = [pass_at_k(len(r), _solved(r), k) for r in eligible]
+        rates[f"pass_at_{k}"] = _estimate(values, seed) | {"tasks": len(eligible)}
+    return rates
+
+
+def _family_order(family: str) -> tuple[int, str]:
+    """Easiest family first (training.tasks.families' order), unknown ones last."""
+    from training.tasks.families import FAMILIES
+
+    names = list(FAMILIES)
+    return (names.index(family) if family in names else len(names), family)
 
 
 def shape_summary(runs: list[Attempt]) -> dict:

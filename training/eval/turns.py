@@ -13,7 +13,7 @@ as the executor would ask it. Each answer is scored against the expert's turn:
 - `exact`: the same calls, parameter values compared with surrounding blank space
   stripped (order of calls ignored);
 - `fixes` (the expert's edit turn only): applying the policy's `edit_file` calls to
-  the buggy file gives the fixed file, whatever context its `old_string` carried.
+  the buggy files gives the fixed files, whatever context its `old_string` carried.
 
     report = asyncio.run(probe_turns("runs/tasks-heldout", "local:runs/sft", workers=8))
 
@@ -48,7 +48,6 @@ from training.env.pool import EnvPool
 from training.eval.run import check_runnable
 from training.eval.stats import bootstrap_ci
 from training.tasks.demos import expert_episode
-from training.tasks.mutate import fix_edit
 from training.tasks.taskset import Task, TaskError, load_tasks
 
 _TOOLS = {tool.name: tool() for tool in ALL_TOOLS}
@@ -95,18 +94,18 @@ def apply_edits(source: str, path: str, calls: list[RawCall]) -> str | None:
 
 
 def score_turn(
-    task_id: str, turn: int, expert: str, text: str, fix: tuple[str, str, str] | None
+    task_id: str, turn: int, expert: str, text: str, fix: dict[str, tuple[str, str]] | None
 ) -> TurnScore:
-    """The policy's `text` against the expert's turn `expert`; `fix` = (path, buggy
-    source, fixed source) when this is the expert's edit turn."""
+    """The policy's `text` against the expert's turn `expert`; `fix` = {path: (buggy
+    source, fixed source)} for every file the fix changes, on the expert's edit turn."""
     want, got = _calls(expert), _calls(text)
     problems = [check_call(_TOOLS, call)[2] for call in got]
     well_formed = all(p is None for p in problems) and bool(got) == bool(want)
     fixes = None
     if fix is not None:
-        path, buggy, fixed = fix
-        edited = apply_edits(buggy, path, got) if well_formed else None
-        fixes = edited == fixed
+        fixes = well_formed and all(
+            apply_edits(buggy, path, got) == fixed for path, (buggy, fixed) in fix.items()
+        )
     return TurnScore(
         task_id=task_id, turn=turn,
         expert_tools=sorted(c.name or "" for c in want), tools=[c.name or "" for c in got],
@@ -150,8 +149,8 @@ async def probe_turns(
     tasks = load_tasks(taskset)[:limit]
     if not tasks:
         raise TaskError(f"{taskset} holds no task")
-    if any(t.metadata.mutation is None for t in tasks):
-        raise TaskError("teacher-forced turns need tasks with a mutation (the expert's fix)")
+    if any(not t.metadata.sites for t in tasks):
+        raise TaskError("teacher-forced turns need tasks with fix sites (the expert's fix)")
     check_runnable(taskset, tasks)
     try:
         policy = await asyncio.to_thread(
@@ -178,12 +177,10 @@ async def probe_turns(
 
             async def one(task: Task) -> None:
                 nonlocal done
-                episode, buggy = await expert_episode(pool, task)
+                episode, expert = await expert_episode(pool, task)
                 if episode.score.reward != 1.0:
                     raise TaskError(f"task {task.id!r}: the expert does not solve it")
-                m = task.metadata.mutation
-                old, new = fix_edit(buggy, m)
-                fix = (m.path, buggy, buggy.replace(old, new, 1))
+                fix = expert.fixes
                 at_turn = [i for i, msg in enumerate(episode.messages) if msg.role == "assistant"]
 
                 def asked(k: int) -> bool:

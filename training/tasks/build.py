@@ -1,5 +1,5 @@
-"""Building a task set: real repositories, bugs injected by AST mutation, kept only when
-the project's own tests catch them.
+"""Building a task set: real repositories, bugs injected at the text level, kept only
+when the project's own tests catch them.
 
 For each source (a PyPI project, a synthetic repository, a local directory):
 
@@ -8,22 +8,26 @@ For each source (a PyPI project, a synthetic repository, a local directory):
 2. run its suite twice on a scratch copy; the tests passing both times are the
    candidates (a suite that hangs or passes fewer than MIN_PASSING_TESTS skips the
    project, with the reason; tests slower than SLOW_TEST_S are deselected);
-3. sample mutations of its source files (training.tasks.mutate), and for each run the suite
-   on the mutant: it becomes a task when at least one candidate now fails. Those are
-   FAIL_TO_PASS; candidates passing on the mutant are PASS_TO_PASS (at most
-   P2P_LIMIT of them: the failing tests' own files first, then a deterministic sample;
-   metadata.extra["pass_to_pass_total"] says how many there were);
+3. for each chosen family (training.tasks.families: misspelled names, removed imports,
+   ... up to the mutation operators of training.tasks.mutate), sample candidate bugs
+   and run the suite on each: it becomes a task when at least one candidate test now
+   fails. Those are FAIL_TO_PASS; candidates passing on the bug are PASS_TO_PASS (at
+   most P2P_LIMIT of them: the failing tests' own files first, then a deterministic
+   sample; metadata.extra["pass_to_pass_total"] says how many there were). A family
+   with no site in a project, or none its tests catch, is recorded and skipped;
 4. write the instruction from the failing tests' output (training.tasks.instruction) and
    append the task to DIR/tasks.jsonl at once, so an interrupted build keeps it.
 
-`max_tasks` counts per project. Mutants run on `workers` threads, each with its own
-scratch copy; tasks are numbered in sampling order whatever finishes first, so ids
-("<project>-<n>") are stable across rebuilds. Re-running into the same DIR resumes: a
-mutation that already has a task is not tried again, numbering continues, and a
-project already at max_tasks is left alone. DIR/build.json (BuildRecord) is rewritten
-as each project progresses.
+`max_tasks` counts per project and family. Candidates run on `workers` threads, each
+with its own scratch copy; tasks are numbered per family in sampling order whatever
+finishes first, so ids ("<project>-<n>" for mutations, "<project>-<family>-<n>"
+otherwise) are stable across rebuilds. Re-running into the same DIR resumes: a bug that
+already has a task is not tried again, numbering continues, and a family already at
+max_tasks is left alone. DIR/build.json (BuildRecord) is rewritten as each project
+progresses.
 
-    record = build_tasks([PypiSource("toolz==1.2.0")], Path("tasks"), BuildOptions(max_tasks=20))
+    options = BuildOptions(max_tasks=20, families=["misspelled_name", "mutation"])
+    record = build_tasks([PypiSource("toolz==1.2.0")], Path("tasks"), options)
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -50,13 +54,14 @@ import msgspec
 
 from agent.sandbox import SandboxConfig
 from training.env.testrun import TestReport, run_tests_in
-from training.tasks import mutate
+from training.tasks import families, mutate
 from training.tasks.instruction import write_instruction
 from training.tasks.pypi import Project, ProjectSkip, find_layout, prepare_local, prepare_pypi
 from training.tasks.taskset import (
     BUILD_FILE,
     TASKS_FILE,
     BuildRecord,
+    FamilyBuild,
     Mutation,
     ProjectBuild,
     Task,
@@ -85,6 +90,7 @@ class BuildOptions:
     workers: int = 2
     seed: int = 0  # which mutations are sampled
     p2p_limit: int = P2P_LIMIT
+    families: list[str] = field(default_factory=lambda: ["mutation"])  # families.FAMILIES
 
     @property
     def mutants(self) -> int:
@@ -231,8 +237,19 @@ class TaskSet:
 
 
 # --------------------------------------------------------------------- pipeline
-def _mutation_key(m: Mutation) -> tuple:
-    return (m.path, m.line, m.original, m.mutated, m.operator)
+def _sites_key(sites: list[Mutation]) -> tuple:
+    return tuple((m.path, m.line, m.original, m.mutated, m.operator) for m in sites)
+
+
+@dataclass
+class _Validated:
+    """A variant the tests catch: the run on the bug, the tests it fails, and the
+    failing tests the instruction shows (one per site for two-site bugs)."""
+
+    variant: families.Variant
+    report: TestReport
+    failing: list[str]
+    focus: list[str]
 
 
 def _task_number(task_id: str) -> int:
@@ -355,19 +372,16 @@ class ProjectBuilder:
             return passing, second.duration_s
         raise ProjectSkip(reason)
 
-    # ------------------------------------------------------------- mutations
-    def candidates(self) -> list[Mutation]:
-        sites: list[Mutation] = []
-        for rel in self.project.source_files:
+    # ---------------------------------------------------------------- families
+    def project_files(self) -> dict[str, str]:
+        """path -> text of the project's source and test files that read as UTF-8."""
+        files = {}
+        for rel in [*self.project.source_files, *self.project.test_files]:
             try:
-                text = (self.project.repo / rel).read_text(encoding="utf-8")
+                files[rel] = (self.project.repo / rel).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 continue
-            try:
-                sites += mutate.find_mutations(text, rel)
-            except (mutate.MutationError, SyntaxError, ValueError):
-                continue  # a file our parser cannot read gives no sites
-        return sites
+        return files
 
     def build(self) -> None:
         project, options, figures = self.project, self.options, self.figures
@@ -379,111 +393,145 @@ class ProjectBuilder:
                     f"{task.metadata.source}, not {project.source}; build into another directory"
                 )
         figures.tasks = len(existing)
-        if len(existing) >= options.max_tasks:
+        wanted = [
+            f for f in options.families
+            if sum(t.metadata.family == f for t in existing) < options.max_tasks
+        ]  # fmt: skip
+        if not wanted:
             self.log(f"{project.name}: already has {len(existing)} tasks; nothing to add")
             return
-        done = {_mutation_key(t.metadata.mutation) for t in existing if t.metadata.mutation}
-        number = max((_task_number(t.id) for t in existing), default=0)
-
         passing, seconds = self.clean_suite()
         self.set.save_record()
         self.log(
             f"{project.name}: {figures.suite_passing}/{figures.suite_tests} tests pass "
             f"({seconds:.1f} s per run)"
         )
-        sites = self.candidates()
-        sample = mutate.sample_mutations(sites, options.mutants, options.seed)
-        sample = [m for m in sample if _mutation_key(m) not in done]
-        self.log(f"{project.name}: {len(sites)} mutation sites, trying up to {len(sample)}")
-        mutant_timeout = min(options.timeout_s, max(20.0, 4 * seconds + 10))
-        self.candidate_tests = candidates = set(passing)
+        self.candidate_tests = set(passing)
+        files = self.project_files()
+        timeout = min(options.timeout_s, max(20.0, 4 * seconds + 10))
+        for family in wanted:
+            self.build_family(family, files, timeout)
+        if figures.tasks == len(existing):
+            reasons = {f: r.skipped for f, r in figures.families.items() if r.skipped}
+            figures.skipped = "; ".join(f"{f}: {r}" for f, r in reasons.items()) or "no task"
+
+    def build_family(self, family: str, files: dict[str, str], timeout_s: float) -> None:
+        project, options = self.project, self.options
+        figures = self.figures.families.setdefault(family, FamilyBuild())
+        existing = [t for t in self.set.project_tasks(project.name) if t.metadata.family == family]
+        figures.tasks = len(existing)
+        done = {_sites_key(t.metadata.sites) for t in existing}
+        number = max((_task_number(t.id) for t in existing), default=0)
+        sample = families.variants(
+            family, files, project.source_files, project.test_files, options.mutants, options.seed
+        )
+        sample = [v for v in sample if v.key not in done]
+        if not sample:
+            figures.skipped = f"no {family} site in its source files"
+            self.log(f"{project.name}: {family}: {figures.skipped}; going on")
+            return
+        self.log(f"{project.name}: {family}: trying up to {len(sample)} candidates")
 
         with ThreadPoolExecutor(max(1, options.workers)) as pool:
             futures: list[Future] = []
             pending = iter(sample)
             # Keep the pool just full, so stopping at max_tasks wastes little work.
-            for m in pending:
-                futures.append(pool.submit(self.try_mutant, m, candidates, mutant_timeout))
+            for v in pending:
+                futures.append(pool.submit(self.try_variant, v, timeout_s))
                 if len(futures) >= 2 * max(1, options.workers):
                     break
             index = 0
             while index < len(futures):
                 try:
                     result = futures[index].result()
-                except BaseException:  # interrupted: leave the queued mutants unrun
+                except BaseException:  # interrupted: leave the queued candidates unrun
                     for future in futures:
                         future.cancel()
                     raise
                 index += 1
-                for m in pending:
-                    futures.append(pool.submit(self.try_mutant, m, candidates, mutant_timeout))
+                for v in pending:
+                    futures.append(pool.submit(self.try_variant, v, timeout_s))
                     break
-                figures.mutations_tried += 1
+                figures.tried += 1
+                self.figures.mutations_tried += 1
                 if result is None:
                     continue
-                figures.mutations_validated += 1
-                number += 1
-                task = self.make_task(number, *result)
+                task = self.make_task(number + 1, result)
                 if task is None:
-                    number -= 1
-                    figures.mutations_validated -= 1
                     continue
+                number += 1
+                figures.validated += 1
+                self.figures.mutations_validated += 1
                 self.set.add(task)
                 figures.tasks += 1
+                self.figures.tasks += 1
                 self.set.save_record()
                 self.log(
                     f"{task.id}: {len(task.fail_to_pass)} failing test(s) "
-                    f"[{figures.tasks}/{options.max_tasks}, {figures.mutations_tried} tried]"
+                    f"[{family} {figures.tasks}/{options.max_tasks}, {figures.tried} tried]"
                 )
                 if figures.tasks >= options.max_tasks:
                     for future in futures[index:]:
                         future.cancel()
                     break
         if figures.tasks == len(existing):
-            figures.skipped = (
-                f"none of {figures.mutations_tried} mutants broke a passing test"
-                if figures.mutations_tried
-                else "no mutation sites in its source files"
-            )
+            figures.skipped = f"none of {figures.tried} candidates broke a passing test"
+            self.log(f"{project.name}: {family}: {figures.skipped}; going on")
 
-    def try_mutant(
-        self, m: Mutation, candidates: set[str], timeout_s: float
-    ) -> tuple[Mutation, str, TestReport, list[str]] | None:
-        """(mutation, mutated text, report, FAIL_TO_PASS) when the mutant breaks a
-        candidate; None when it breaks none, hangs, or the suite did not run."""
-        original = (self.project.repo / m.path).read_text(encoding="utf-8")
-        try:
-            text = mutate.apply_mutation(original, m)
-        except mutate.MutationError:
-            return None
-        if text == original:
-            return None
-        report = self._run(self.project.test_command, timeout_s, {m.path: text})
+    def try_variant(self, v: families.Variant, timeout_s: float) -> _Validated | None:
+        """The variant with its failing tests when the tests catch it: its fixed state
+        passes every test the clean repository passes, the bug fails at least one, and
+        (two sites) each site alone fails one. None otherwise (or when a run hangs)."""
+        command = self.project.test_command
+        candidates = self.candidate_tests
+        if v.fixed:
+            fixed = self._run(command, timeout_s, v.fixed)
+            if fixed.timed_out or not candidates <= set(fixed.passing):
+                return None  # the "fixed" state is not as good as the clean one
+        report = self._run(command, timeout_s, {**v.fixed, **v.buggy})
         if report.timed_out or not report.outcomes:
             return None
         failing = sorted(t for t in candidates if not report.passed(t))
         if not failing:
             return None
-        return m, text, report, failing
+        focus = failing[:FOCUS_TESTS]
+        if v.family == "two_files":
+            focus = []
+            for site in v.sites:
+                alone = self._run(command, timeout_s, {site.path: v.buggy[site.path]})
+                broken = sorted(t for t in candidates if not alone.passed(t))
+                if alone.timed_out or not broken:
+                    return None  # that site alone goes unnoticed: not a two-file bug
+                focus.append(next((t for t in broken if t not in focus), broken[0]))
+        return _Validated(v, report, failing, focus)
 
-    def make_task(
-        self, number: int, m: Mutation, text: str, report: TestReport, f2p: list[str]
-    ) -> Task | None:
+    def make_task(self, number: int, found: _Validated) -> Task | None:
         project, options = self.project, self.options
-        task_id = f"{project.name}-{number}"
-        focus = self._focused_output(f2p[:FOCUS_TESTS], {m.path: text})
+        v, report, f2p = found.variant, found.report, found.failing
+        name = project.name if v.family == "mutation" else f"{project.name}-{v.family}"
+        task_id = f"{name}-{number}"
+        files = {**v.fixed, **v.buggy}
+        focus = self._focused_output(found.focus, files)
         if focus is None:
             return None  # the failing tests pass when run alone: order-dependent
+        output = focus or report.output
+        if v.family == "wrong_literal" and not families.literal_shown(v.sites[0], output):
+            return None  # the assertion does not show the literal: not a tier-1 task
         p2p = sorted(t for t in self.candidate_tests if report.passed(t) and t not in f2p)
         extra: dict[str, str] = {}
         if len(p2p) > options.p2p_limit:
             extra["pass_to_pass_total"] = str(len(p2p))
             p2p = limit_pass_to_pass(p2p, f2p, options.p2p_limit, task_id)
-        lines = text.splitlines()
-        hide = [*lines[m.line - 1 : m.line + m.mutated.count("\n")], m.mutated]
+        hide: list[str] = []
+        if v.family == "mutation":  # the hard tier: the instruction never shows the line
+            m = v.sites[0]
+            lines = v.buggy[m.path].splitlines()
+            hide = [*lines[m.line - 1 : m.line + m.mutated.count("\n")], m.mutated]
         instruction = write_instruction(
-            task_id, f2p, focus or report.output, test_files=project.test_files, hide=hide
-        )
+            task_id, found.focus + [t for t in f2p if t not in found.focus], output,
+            test_files=project.test_files, hide=hide,
+            show_source=v.family != "mutation", intro=v.intro,
+        )  # fmt: skip
         seconds = self.figures.suite_seconds
         return Task(
             id=task_id,
@@ -492,11 +540,17 @@ class ProjectBuilder:
             test_command=project.test_command,
             fail_to_pass=f2p,
             pass_to_pass=p2p,
-            files={m.path: text},
+            files=files,
             test_files=list(project.test_files),
             env=project.env,
             timeout_s=float(max(120, round(4 * seconds + 60))),
-            metadata=TaskMeta(source=project.source, project=project.name, mutation=m, extra=extra),
+            metadata=TaskMeta(
+                source=project.source,
+                project=project.name,
+                family=v.family,
+                sites=v.sites,
+                extra=v.extra | extra,
+            ),
         )
 
     def _focused_output(self, tests: list[str], files: dict[str, str]) -> str | None:

@@ -2,6 +2,7 @@
 
     tachy tasks build --pypi toolz==1.2.0 jmespath==1.1.0 --max-tasks 50 --out tasks/
     tachy tasks build --synthetic 20 --seed 1 --max-tasks 5 --out tasks/
+    tachy tasks build --synthetic 20 --families all --max-tasks 2 --out tasks/
     tachy tasks check tasks/ [--json] [--limit N]
     tachy tasks list tasks/
     tachy tasks split runs/tasks-train runs/tasks-heldout --out split.json
@@ -24,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from agent.cliargs import command_group, path_arg
+from training.tasks.families import FamilyError, family_help, parse_families
 from training.tasks.pypi import DEFAULT_PROJECTS  # stdlib only: building the parser stays cheap
 
 
@@ -76,7 +78,18 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "read-only at its own path)",
     )
     build.add_argument(
-        "--max-tasks", type=int, default=20, metavar="N", help="tasks per project (default 20)"
+        "--families",
+        default="mutation",
+        metavar="F,...|all",
+        help="which kinds of bug to build, comma-separated, or 'all' (default mutation). "
+        f"Easiest first: {family_help()}",
+    )
+    build.add_argument(
+        "--max-tasks",
+        type=int,
+        default=20,
+        metavar="N",
+        help="tasks per project and family (default 20)",
     )
     build.add_argument(
         "--seed", type=int, default=0, metavar="S", help="picks the mutations (and synthetic repos)"
@@ -110,9 +123,10 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "check",
         help="re-validate every task of a set",
         description=(
-            "Re-run each task's tests: on the clean repository its FAIL_TO_PASS and "
-            "PASS_TO_PASS tests must pass; with its bug, exactly its FAIL_TO_PASS tests "
-            "(of those passing clean) must fail. Exit 1 when any task fails the check."
+            "Re-run each task's tests: with its bug fixed (the clean repository, or a finished "
+            "rename) its FAIL_TO_PASS and PASS_TO_PASS tests must pass; with its bug, exactly "
+            "its FAIL_TO_PASS tests (of those passing fixed) must fail. Exit 1 when any task "
+            "fails the check."
         ),
     )
     check.add_argument("dir", type=path_arg, metavar="DIR")
@@ -197,6 +211,10 @@ def run_build(args: argparse.Namespace) -> int:
         return _err("--synthetic must be at least 1")
     if args.templates != "all" and args.synthetic is None:
         return _err("--templates chooses synthetic repositories: give it with --synthetic")
+    try:
+        chosen = parse_families(args.families)
+    except FamilyError as exc:
+        return _err(f"--families: {exc}")
     if args.pypi:
         specs = [
             s for spec in args.pypi for s in (DEFAULT_PROJECTS if spec == "default" else [spec])
@@ -212,6 +230,7 @@ def run_build(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         workers=args.workers,
         seed=args.seed,
+        families=chosen,
     )
     started = time.monotonic()
 
@@ -236,11 +255,14 @@ def run_build(args: argparse.Namespace) -> int:
         tried = figures.mutations_tried
         rate = figures.mutations_validated / tried if tried else 0.0
         print(
-            f"  {name}: {figures.tasks} tasks, {figures.mutations_validated}/{tried} mutants "
+            f"  {name}: {figures.tasks} tasks, {figures.mutations_validated}/{tried} candidates "
             f"validated ({rate:.0%}), suite {figures.suite_passing}/{figures.suite_tests} "
             f"passing in {figures.suite_seconds:.1f} s, {figures.seconds / 60:.1f} min",
             file=sys.stderr,
         )
+        for family, part in figures.families.items():
+            said = f"skipped: {part.skipped}" if part.skipped else f"{part.tasks} tasks"
+            print(f"    {family}: {said} ({part.validated}/{part.tried} kept)", file=sys.stderr)
     print(f"  {total} tasks in {out / 'tasks.jsonl'}", file=sys.stderr)
     return 0 if total else 1
 
@@ -255,10 +277,11 @@ class Verdict:
 
 
 def check_task_runs(directory: Path, task) -> Verdict:
-    """Run a task's suite on its clean repository and with its bug (a
+    """Run a task's suite with its bug fixed and with its bug (a
     training.tasks.taskset.Task)."""
     from agent.sandbox import SandboxConfig
     from training.env.testrun import run_tests_in
+    from training.tasks.families import fixed_files
     from training.tasks.taskset import task_repo_dir, task_test_command
 
     started = time.monotonic()
@@ -282,12 +305,15 @@ def check_task_runs(directory: Path, task) -> Verdict:
     with tempfile.TemporaryDirectory(prefix=f"tachy-check-{task.id}-") as tmp:
         work = Path(tmp) / "repo"
         shutil.copytree(repo, work)
+        # Fixed: the snapshot with every site undone (a finished rename, for one).
+        for rel, text in fixed_files(task.files, task.metadata.sites).items():
+            (work / rel).write_text(text, encoding="utf-8")
         clean = run_tests_in(work, command, timeout_s=task.timeout_s, config=config)
         if clean.timed_out:
-            problems.append(f"the clean suite did not finish in {task.timeout_s:.0f} s")
+            problems.append(f"the fixed suite did not finish in {task.timeout_s:.0f} s")
         not_passing = sorted(t for t in listed if not clean.passed(t))
         if not_passing:
-            problems.append(f"clean repository: {_few(not_passing)} do not pass")
+            problems.append(f"fixed repository: {_few(not_passing)} do not pass")
         for rel, text in task.files.items():
             (work / rel).write_text(text, encoding="utf-8")
         buggy = run_tests_in(work, command, timeout_s=task.timeout_s, config=config)

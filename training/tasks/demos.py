@@ -38,15 +38,15 @@ class DemoSummary(msgspec.Struct, kw_only=True):
     seconds: float
 
 
-async def expert_episode(pool: EnvPool, task: Task) -> tuple[Episode, str]:
+async def expert_episode(pool: EnvPool, task: Task) -> tuple[Episode, ExpertPolicy]:
     """The expert's run of one task in a sandbox from `pool` (released afterwards), and
-    the buggy source of the mutated file it started from ("" without a mutation)."""
+    the expert (its `fixes`: each file's buggy and fixed text)."""
     env = await asyncio.to_thread(pool.acquire, task)
     try:
-        mutation = task.metadata.mutation
-        source = env.workspace.read_bytes(mutation.path).decode() if mutation else ""
-        policy = ExpertPolicy(task, source)
-        return await run_episode(env, policy, max_turns=len(policy.turns)), source
+        paths = dict.fromkeys(m.path for m in task.metadata.sites)
+        sources = {path: env.workspace.read_bytes(path).decode() for path in paths}
+        policy = ExpertPolicy(task, sources)
+        return await run_episode(env, policy, max_turns=len(policy.turns)), policy
     finally:
         await asyncio.to_thread(pool.release, env)
 

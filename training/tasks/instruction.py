@@ -74,8 +74,11 @@ def _hidden(line: str, hide: list[str]) -> bool:
     return any(text == h or (len(h) >= 8 and h in line) for h in hide)
 
 
-def evidence(lines: list[str], test_files: set[str], hide: list[str]) -> list[str]:
-    """The lines a user would paste: frames in test files with their code, E lines."""
+def evidence(
+    lines: list[str], test_files: set[str], hide: list[str], show_source: bool = False
+) -> list[str]:
+    """The lines a user would paste: frames in test files with their code, E lines;
+    with `show_source` the project's own frames too (never the interpreter's)."""
     kept: list[str] = []
     in_test_frame = False
     for line in lines:
@@ -83,6 +86,7 @@ def evidence(lines: list[str], test_files: set[str], hide: list[str]) -> list[st
         if frame:
             path = frame.group("path").removeprefix("/workspace/")
             in_test_frame = path in test_files or _looks_like_test(path)
+            in_test_frame |= show_source and not path.startswith("/")
             if in_test_frame:
                 kept.append(f"{path}:{frame.group('line')}: {frame.group('rest')}")
             continue
@@ -158,8 +162,12 @@ def write_instruction(
     *,
     test_files: Iterable[str] = (),
     hide: Iterable[str] = (),
+    show_source: bool = False,
+    intro: str = "",
 ) -> str:
-    """The instruction for a task whose failing tests printed `output`."""
+    """The instruction for a task whose failing tests printed `output`: the frames of
+    the tests (and with `show_source` of the project's code, which point at the line),
+    the error lines, less anything holding a `hide` text; `intro` opens it."""
     hide_list = [h.strip() for h in hide if h and h.strip()]
     files = set(test_files)
     sections = failure_sections(output)
@@ -175,7 +183,7 @@ def write_instruction(
         if body is None or title in used:
             continue
         used.add(title)
-        found = evidence(body, files, hide_list)
+        found = evidence(body, files, hide_list, show_source)
         if found:
             if lines:
                 lines.append("")
@@ -199,10 +207,11 @@ def write_instruction(
         "count": f"{count} failing test{'s' if count != 1 else ''}",
         "expect": _expectation(lines),
     }
-    text = template.format(evidence="\n".join(lines), **fields)
+    opening = f"{intro}\n\n" if intro else ""
+    text = opening + template.format(evidence="\n".join(lines), **fields)
     while len(text) > MAX_CHARS and len(lines) > 2:
         lines = lines[: len(lines) - 1]
-        text = template.format(evidence="\n".join(lines), **fields)
+        text = opening + template.format(evidence="\n".join(lines), **fields)
     if count > 2:
         text += f" ({count} tests fail in all.)"
     return text[:MAX_CHARS]

@@ -299,7 +299,7 @@ _BANK: list[_Fn] = [
             """The arithmetic mean, rounded to ${digits} places; ValueError when empty."""
             if not values:
                 raise ValueError("mean of no values")
-            return round(sum(values) / len(values), ${digits})
+            return round(sum(values) / len(values), ndigits=${digits})
         ''',
         (
             (
@@ -742,7 +742,7 @@ _BANK: list[_Fn] = [
                 if not part:
                     continue
                 if "-" in part:
-                    first, last = part.split("-", 1)
+                    first, last = part.split("-", maxsplit=1)
                     start, stop = int(first), int(last)
                     if start > stop:
                         raise ValueError(f"backwards range: {part}")
@@ -771,13 +771,13 @@ _BANK: list[_Fn] = [
         def ${parse_key_values}(text: str) -> dict[str, str]:
             """'key = value' lines as a dict; blank lines and '#' comments are skipped."""
             settings: dict[str, str] = {}
-            for number, line in enumerate(text.splitlines(), 1):
+            for number, line in enumerate(text.splitlines(), start=1):
                 line = line.strip()
                 if not line or line.startswith("#"):
                     continue
                 if "=" not in line:
                     raise ValueError(f"line {number}: expected key = value")
-                key, value = line.split("=", 1)
+                key, value = line.split("=", maxsplit=1)
                 settings[key.strip()] = value.strip()
             return settings
         ''',

@@ -7,8 +7,9 @@
       build.json         how the set was built (command, per-project counts and times)
 
 A task's repository is its snapshot with `files` written over it (the injected bug);
-`test_files` are put back to the snapshot's version before scoring, so a rollout
-cannot pass by editing the tests. Test commands are shell commands run in the
+`test_files` are put back to their version at the task's start (the snapshot's, or the
+task's own where `files` changes a test, as a rename does) before scoring, so a
+rollout cannot pass by editing the tests. Test commands are shell commands run in the
 workspace (inside the sandbox); `{python}` in them is the task's interpreter:
 DIR/envs/NAME/bin/python for PyPI projects, the interpreter running tachy for
 synthetic ones (which need only pytest).
@@ -48,8 +49,16 @@ class Mutation(msgspec.Struct, frozen=True, kw_only=True):
 class TaskMeta(msgspec.Struct, kw_only=True):
     source: str  # "pypi:more-itertools==10.5.0" or "synthetic:seed=7"
     project: str
-    mutation: Mutation | None = None
+    family: str = "mutation"  # training.tasks.families.FAMILIES
+    # Where the fix goes: one site, or several (a rename, the same slip in two files).
+    # `original` is the fixed text, `mutated` the buggy one, lines in the buggy file.
+    sites: list[Mutation] = msgspec.field(default_factory=list)
     extra: dict[str, str] = msgspec.field(default_factory=dict)
+
+    @property
+    def mutation(self) -> Mutation | None:
+        """The first site (the only one for most families)."""
+        return self.sites[0] if self.sites else None
 
 
 class Task(msgspec.Struct, kw_only=True):
@@ -67,6 +76,15 @@ class Task(msgspec.Struct, kw_only=True):
     metadata: TaskMeta
 
 
+class FamilyBuild(msgspec.Struct, kw_only=True):
+    """How one family's tasks of a project were built."""
+
+    tried: int = 0  # candidates whose tests were run
+    validated: int = 0  # candidates kept as tasks
+    tasks: int = 0
+    skipped: str = ""  # why the family gave no task here ("" when it did)
+
+
 class ProjectBuild(msgspec.Struct, kw_only=True):
     """How one project's tasks were built (build.json, and bench/envs.py's figures)."""
 
@@ -79,6 +97,7 @@ class ProjectBuild(msgspec.Struct, kw_only=True):
     tasks: int = 0  # tasks written (validated, within --max-tasks)
     seconds: float = 0.0  # the project's whole build: fetch, install, runs
     skipped: str = ""  # why the project gave no tasks ("" when it did)
+    families: dict[str, FamilyBuild] = msgspec.field(default_factory=dict)
 
 
 class BuildRecord(msgspec.Struct, kw_only=True):
