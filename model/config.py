@@ -44,6 +44,9 @@ class ModelConfig:
     # {"rope_type": "llama3", "factor", "low_freq_factor", "high_freq_factor",
     # "original_max_position_embeddings"}
     rope_scaling: dict[str, Any] | None = None
+    # Per-expert low-rank adapters beside the experts (MoE.adapter_a/b): what makes
+    # upcycled experts, identical copies of one MLP, differ when they are trained.
+    expert_adapter_rank: int = 0
 
     def __post_init__(self) -> None:
         self.mlp_only_layers = [int(i) for i in self.mlp_only_layers]
@@ -65,6 +68,8 @@ class ModelConfig:
             )
         if self.head_dim % 2:
             raise ValueError(f"head_dim must be even for RoPE, got {self.head_dim}")
+        if self.expert_adapter_rank < 0:
+            raise ValueError(f"expert_adapter_rank must be >= 0, got {self.expert_adapter_rank}")
         if self.num_experts < 0:
             raise ValueError(f"num_experts must be >= 0, got {self.num_experts}")
         if any(self.is_moe_layer(i) for i in range(self.num_hidden_layers)):
@@ -132,6 +137,7 @@ class ModelConfig:
             if self.is_moe_layer(i):
                 e = self.num_experts_per_tok if active else self.num_experts
                 n += D * self.num_experts + e * 3 * D * self.moe_intermediate_size
+                n += e * 2 * D * self.expert_adapter_rank
             else:
                 n += 3 * D * self.intermediate_size
         return n

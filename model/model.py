@@ -257,6 +257,10 @@ class MoE(nn.Module):
         else:
             self.w_gate_up = nn.Parameter(torch.empty(E, 2 * Fe, D))  # gate rows first
             self.w_down = nn.Parameter(torch.empty(E, D, Fe))
+        r = self.adapter_rank = config.expert_adapter_rank
+        if r:
+            self.adapter_a = nn.Parameter(torch.empty(E, r, D))  # x -> r, per expert
+            self.adapter_b = nn.Parameter(torch.empty(E, D, r))  # r -> out, per expert
         self._register_load_state_dict_pre_hook(self._load_hook)
 
     def _mx_buffers(self, gu_q: Tensor, gu_s: Tensor, d_q: Tensor, d_s: Tensor) -> None:
@@ -308,7 +312,34 @@ class MoE(nn.Module):
         y = kernels.moe_ffn(
             h, topk_w.to(x.dtype), topk_ids, *self.expert_weights(), quantize=quantize
         )
+        if self.adapter_rank:
+            y = y + self.adapters(h, topk_w, topk_ids)
         return y.view(B, L, D), logits, topk_ids
+
+    def adapters(self, h: Tensor, topk_w: Tensor, topk_ids: Tensor) -> Tensor:
+        """The experts' low-rank adapters, in parallel with the experts, mixed by the
+        same routing weights: sum_k w_k B_(e_k) A_(e_k) h. h [T, D] -> [T, D].
+
+        Full precision and outside the MXFP8 kernel, so the experts stay exactly as
+        sampled and trainer and sampler run this same code. Every expert's A is applied
+        (E * r columns: cheaper than gathering per token at these sizes); the weights
+        of experts outside a token's top-k are zero."""
+        T, (E, r, D) = h.shape[0], self.adapter_a.shape
+        z = (h @ self.adapter_a.reshape(E * r, D).t()).view(T, E, r)  # [T, E, r]
+        gates = torch.zeros(T, E, dtype=z.dtype, device=z.device)
+        gates = gates.scatter(1, topk_ids, topk_w.to(z.dtype))  # [T, E]
+        z = (z * gates[..., None]).reshape(T, E * r)
+        return z @ self.adapter_b.permute(0, 2, 1).reshape(E * r, D)  # [T, D]
+
+
+@torch.no_grad()
+def init_expert_adapters(moe: MoE, generator: torch.Generator) -> None:
+    """A: random, a different draw for every expert (so each expert's B gets its own
+    gradient: what breaks the symmetry of identical upcycled experts); B: zero, so
+    the model computes exactly what it did without adapters."""
+    E, r, D = moe.adapter_a.shape
+    moe.adapter_a.copy_(torch.randn(E, r, D, generator=generator) / D**0.5)
+    moe.adapter_b.zero_()
 
 
 class DecoderLayer(nn.Module):
@@ -385,9 +416,12 @@ class Model(nn.Module):
             m.weight.normal_(0.0, 0.02)
             if getattr(m, "bias", None) is not None:
                 m.bias.zero_()
-        elif isinstance(m, MoE) and not m.quantized:
-            m.w_gate_up.normal_(0.0, 0.02)
-            m.w_down.normal_(0.0, 0.02)
+        elif isinstance(m, MoE):
+            if not m.quantized:
+                m.w_gate_up.normal_(0.0, 0.02)
+                m.w_down.normal_(0.0, 0.02)
+            if m.adapter_rank:
+                init_expert_adapters(m, torch.Generator().manual_seed(0))
 
     @property
     def quantized(self) -> bool:

@@ -17,6 +17,9 @@ lives in the repository (model/weights/tachy-smollm2). A part directory holds
                                          over the experts for expert weights), merged
                                          into the full-precision weights before the
                                          experts are quantized
+                         layers.N.mlp.adapter_a/b   the experts' own low-rank adapters
+                                         (MoE.adapters), beside the MXFP8 experts: a
+                                         part that has them makes a model with them
 
     model, tokenizer = assemble("model/weights/tachy-smollm2")
     write_part(model_state, "out/", spec)        # what differs from the upcycled base
@@ -32,12 +35,14 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
 from model.base import BASE_DISTRIBUTION, BASE_FILE, BASE_VERSION, INSTALL_HINT, base_gguf
 from model.checkpoint import sha256_file
+from model.config import ModelConfig
 from model.gguf_import import read_gguf
 from model.hf import CheckpointError
 from model.model import Model
@@ -133,7 +138,9 @@ def part_config(path: str | Path):
     path = Path(path)
     record = read_record(path)
     spec = part_spec(record, path)
-    return upcycled_config(gguf_config(open_gguf(base_gguf())), spec), record
+    config = upcycled_config(gguf_config(open_gguf(base_gguf())), spec)
+    rank = adapter_rank({n: shape for n, (_, shape) in record.get("tensors", {}).items()})
+    return with_expert_adapters(config, {}, rank), record
 
 
 def part_spec(record: dict, path: Path) -> Upcycle:
@@ -232,5 +239,32 @@ def assemble(
     base = _check_base(record, path, base)
     spec = part_spec(record, path)
     config, state, tokenizer = upcycled_base(spec, base)
-    _merge(state, load_file(str(weights)), path, unmerged)
+    part = load_file(str(weights))
+    config = with_expert_adapters(
+        config, state, adapter_rank({n: t.shape for n, t in part.items()})
+    )
+    _merge(state, part, path, unmerged)
     return Model.from_state_dict(config, state, "mxfp8", quantized=True), tokenizer
+
+
+ADAPTER = (".mlp.adapter_a", ".mlp.adapter_b")  # the experts' own adapters (MoE.adapters)
+
+
+def adapter_rank(shapes: dict[str, Any]) -> int:
+    """The rank of the experts' adapters among a part's tensors (name -> shape), 0 when
+    it has none: they are full tensors [E, r, D] named layers.N.mlp.adapter_a."""
+    return next((int(shape[1]) for n, shape in shapes.items() if n.endswith(ADAPTER[0])), 0)
+
+
+def with_expert_adapters(config: ModelConfig, state: dict[str, torch.Tensor], rank: int):
+    """The config with experts' adapters of `rank`, and zero adapters put in `state` for
+    every MoE layer (a part's own replace them): the model a part with adapters needs."""
+    if not rank:
+        return config
+    config = dataclasses.replace(config, expert_adapter_rank=rank)
+    E, D = config.num_experts, config.hidden_size
+    for i in range(config.num_hidden_layers):
+        if config.is_moe_layer(i):
+            state[f"layers.{i}{ADAPTER[0]}"] = torch.zeros(E, rank, D)
+            state[f"layers.{i}{ADAPTER[1]}"] = torch.zeros(E, D, rank)
+    return config

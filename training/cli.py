@@ -105,6 +105,15 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         metavar="R",
         help="with a part as --init (tachy's model): rank of the attention adapters (16)",
     )
+    sft.add_argument(
+        "--expert-rank",
+        type=int,
+        default=0,
+        metavar="R",
+        help="with a part as --init: give each expert its own low-rank adapters of rank R, "
+        "trained in full (the upcycled experts are identical copies until they have them; "
+        "a part that has them trains its own). 0: none added (default)",
+    )
     _common_options(sft, steps=100, batch=4, lr=5e-4)
 
     rl = sub.add_parser(
@@ -435,8 +444,9 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
             raise DataError(f"{demos_path} is not the demonstrations file the run in {out} used")
         if meta.get("lora_rank"):
             model, tokenizer = AdaptedModel.from_part(
-                meta["init"], rank=meta["lora_rank"], seed=config.seed
-            )
+                meta["init"], rank=meta["lora_rank"], seed=config.seed,
+                expert_rank=meta.get("expert_rank", 0),
+            )  # fmt: skip
             model.load_adapters(out)
         else:
             tokenizer, model = Tokenizer.from_file(out), load(out)
@@ -444,10 +454,17 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
         # tachy's model: the base stays frozen (MXFP8 experts as sampled), adapters train
         if args.lora_rank < 1:
             raise DataError(f"--lora-rank must be at least 1, got {args.lora_rank}")
+        if args.expert_rank < 0:
+            raise DataError(f"--expert-rank must be 0 or more, got {args.expert_rank}")
         init = Path(args.init)
-        model, tokenizer = AdaptedModel.from_part(init, rank=args.lora_rank, seed=config.seed)
+        try:
+            model, tokenizer = AdaptedModel.from_part(
+                init, rank=args.lora_rank, seed=config.seed, expert_rank=args.expert_rank
+            )
+        except ValueError as exc:
+            raise DataError(str(exc)) from None
         meta.update(
-            init=str(init.resolve()), lora_rank=args.lora_rank,
+            init=str(init.resolve()), lora_rank=args.lora_rank, expert_rank=args.expert_rank,
             demos_sha256=sha256_file(demos_path), max_len=args.max_len, heldout=args.heldout,
         )  # fmt: skip
         print(

@@ -10,6 +10,7 @@ import torch
 
 import model as M
 from model import CheckpointError, KVCache, Model, ModelConfig, preset
+from model.model import route
 
 pytestmark = pytest.mark.usefixtures("torch_path")  # kernels' torch path (no interpreter)
 
@@ -264,3 +265,28 @@ def test_load_refuses_config_mismatch(saved):
     (saved / "config.json").write_text(json.dumps(meta))
     with pytest.raises(CheckpointError, match="w_gate_up"):
         M.load(saved)
+
+
+def test_expert_adapters_mix_by_the_routing_weights_and_start_as_no_change():
+    torch.manual_seed(0)
+    plain = Model(preset("tiny"), precision="fp32")
+    adapted = Model(preset("tiny", expert_adapter_rank=4), precision="fp32")
+    adapted.load_state_dict(plain.state_dict(), strict=False)
+    ids = torch.randint(0, 8192, (2, 12))
+    with torch.no_grad():
+        assert torch.equal(adapted(ids), plain(ids))  # B = 0: exactly the model without
+    moe = adapted.layers[0].mlp
+    with torch.no_grad():
+        moe.adapter_b.normal_(0.0, 0.1)
+    h = torch.randn(5, moe.adapter_a.shape[2])
+    w, e = route(moe.gate(h), 2, True)
+    want = torch.stack([
+        sum(w[t, k] * (moe.adapter_b[e[t, k]] @ (moe.adapter_a[e[t, k]] @ h[t])) for k in range(2))
+        for t in range(5)
+    ])  # fmt: skip
+    torch.testing.assert_close(moe.adapters(h, w, e), want, rtol=1e-5, atol=1e-6)
+    # Distinct experts now: the routers get a gradient (identical experts give none).
+    out = adapted(ids, return_aux_loss=True)
+    out.logits.float().pow(2).mean().backward()
+    assert moe.gate.weight.grad is not None and moe.gate.weight.grad.abs().sum() > 0
+    assert moe.adapter_a.grad.abs().sum() > 0

@@ -75,6 +75,35 @@ def test_a_trained_part_assembles_to_the_model_that_was_trained(tmp_path):
     assert torch.equal(_logits(model, ids), retrained)  # one product, as assembly computes it
 
 
+def test_experts_get_adapters_of_their_own_that_train_apart_and_sample_as_trained(tmp_path):
+    adapted, tok = AdaptedModel.from_part(bundled_checkpoint(), rank=2, expert_rank=4, seed=3)
+    moe = adapted.model.layers[0].mlp
+    trainable = {n for n, p in adapted.named_parameters() if p.requires_grad}
+    assert (
+        "model.layers.0.mlp.adapter_a" in trainable and "model.layers.0.mlp.adapter_b" in trainable
+    )
+    ids = torch.tensor([tok.encode("def add(a, b):\n    return a + b\n")])
+    assert not torch.equal(moe.adapter_a[0], moe.adapter_a[1])  # each expert its own draw
+    assert moe.adapter_b.abs().sum() == 0  # so the model is the part's exactly, at first
+    for _ in range(2):
+        _step(adapted, ids)
+    deltas = torch.einsum("edr,erk->edk", moe.adapter_b.detach(), moe.adapter_a.detach())
+    assert (deltas[0] - deltas[1]).abs().max() > 0  # the experts have drifted apart
+    adapted.write_part(tmp_path / "p")
+    trained = _logits(adapted, ids)
+    del adapted
+    gc.collect()
+    record = json.loads((tmp_path / "p" / "part.json").read_text())
+    assert record["tensors"]["layers.0.mlp.adapter_a"][1] == [8, 4, 576]
+    model, _ = assemble(tmp_path / "p")
+    assert model.config.expert_adapter_rank == 4
+    assert torch.equal(_logits(model, ids), trained)  # the sampler computes what training did
+    del model
+    gc.collect()
+    with pytest.raises(ValueError, match="rank 4"):
+        AdaptedModel.from_part(tmp_path / "p", rank=2, expert_rank=8)
+
+
 def _demos(path: Path) -> Path:
     demo = {
         "task_id": "t-1",

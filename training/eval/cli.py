@@ -298,9 +298,7 @@ def human(report: dict, k: int) -> str:
         lines.append(f"pass@{k} {rate(f'pass_at_{k}')}")
     for family, r in report["families"].items():
         at_k = f", pass@{k} {_rate(r[f'pass_at_{k}'])}" if k > 1 else ""
-        lines.append(
-            f"  {family}: pass@1 {_rate(r['pass_at_1'])}{at_k} over {r['tasks']} tasks"
-        )
+        lines.append(f"  {family}: pass@1 {_rate(r['pass_at_1'])}{at_k} over {r['tasks']} tasks")
     for project, r in report["projects"].items():
         lines.append(f"  {project}: {r['value']:.1%} of {r['tasks']} tasks")
     share = report["well_formed_share"]

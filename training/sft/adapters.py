@@ -26,16 +26,37 @@ from safetensors.torch import load_file
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from model.model import Model, RMSNorm
+from model.model import Model, MoE, RMSNorm, init_expert_adapters
 from model.part import LORA, assemble, part_spec, read_record, write_part
 from model.tokenizer import Tokenizer
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")  # attention projections get deltas
 
 
-def _full_trained(name: str, module: nn.Module) -> bool:
-    """Small tensors trained in full: the norms and the MoE routers."""
-    return isinstance(module, RMSNorm) or name.endswith(".mlp.gate")
+def _full_trained(name: str, module: nn.Module) -> dict[str, nn.Parameter]:
+    """Small tensors trained in full, by name: the norms, the MoE routers and the
+    experts' adapters."""
+    if isinstance(module, RMSNorm) or name.endswith(".mlp.gate"):
+        return dict(module.named_parameters())
+    if isinstance(module, MoE) and module.adapter_rank:
+        return {"adapter_a": module.adapter_a, "adapter_b": module.adapter_b}
+    return {}
+
+
+def add_expert_adapters(model: Model, rank: int, seed: int) -> None:
+    """Give every MoE layer of `model` experts' adapters of `rank` (A a different
+    random draw per expert and layer, B zero: the model computes what it did)."""
+    if rank < 1:
+        raise ValueError(f"the expert adapter rank must be at least 1, got {rank}")
+    model.config.expert_adapter_rank = rank
+    generator = torch.Generator().manual_seed(seed + 7919)
+    for module in model.modules():
+        if isinstance(module, MoE):
+            E, D = module.gate.weight.shape[0], module.gate.weight.shape[1]
+            module.adapter_rank = rank
+            module.adapter_a = nn.Parameter(torch.empty(E, rank, D))
+            module.adapter_b = nn.Parameter(torch.empty(E, D, rank))
+            init_expert_adapters(module, generator)
 
 
 class AdaptedModel(nn.Module):
@@ -60,10 +81,9 @@ class AdaptedModel(nn.Module):
             p.requires_grad_(False)
         self.full: dict[str, nn.Parameter] = {}
         for name, module in model.named_modules():
-            if _full_trained(name, module):
-                for pname, p in module.named_parameters():
-                    p.requires_grad_(True)
-                    self.full[f"{name}.{pname}"] = p
+            for pname, p in _full_trained(name, module).items():
+                p.requires_grad_(True)
+                self.full[f"{name}.{pname}"] = p
         g = torch.Generator().manual_seed(seed)
         self.lora_a, self.lora_b = nn.ParameterDict(), nn.ParameterDict()
         self.targets: list[str] = []
@@ -84,13 +104,23 @@ class AdaptedModel(nn.Module):
 
     @classmethod
     def from_part(
-        cls, part: str | Path, *, rank: int, seed: int = 0
+        cls, part: str | Path, *, rank: int, seed: int = 0, expert_rank: int = 0
     ) -> tuple[AdaptedModel, Tokenizer]:
         """Adapters on the model of `part`. The part's own deltas on the adapted weights
         stay unmerged and are merged with ours in one product, W + [B0 B] [A0; A], as
         assembling the part this writes will: training and sampling forwards agree
-        bit for bit."""
+        bit for bit. `expert_rank` > 0 gives every expert its own adapters of that rank
+        (MoE.adapters; trained in full) where the part has none yet; a part that has
+        them keeps training its own (of their rank)."""
         model, tokenizer = assemble(part, unmerged=cls.is_target)
+        have = model.config.expert_adapter_rank
+        if expert_rank and have and have != expert_rank:
+            raise ValueError(
+                f"{part} has expert adapters of rank {have}; they keep their rank "
+                f"(asked for {expert_rank})"
+            )
+        if expert_rank and not have:
+            add_expert_adapters(model, expert_rank, seed)
         tensors = load_file(str(Path(part) / "part.safetensors"))
         held = {
             name.removesuffix(LORA[0]): (

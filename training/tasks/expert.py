@@ -160,7 +160,8 @@ class ExpertPolicy:
     def _script(self, sources: dict[str, str]) -> list[str]:
         task, sites = self.task, self.sites
         tests = " ".join(shlex.quote(t) for t in task.fail_to_pass[:MAX_SHOWN_TESTS])
-        reproduce = f"{runner_command(task)} -x {tests}"
+        # Short tracebacks: what the fix needs, in a third of the tokens of the default.
+        reproduce = f"{runner_command(task)} -x --tb=short {tests}"
         paths = list(dict.fromkeys(m.path for m in sites))
         old_name = task.metadata.extra.get("old_name")
         looks, places = [], []
