@@ -139,6 +139,45 @@ class KVCache(nn.Module):
                 buf[:, dst, :, :length] = buf[:, src, :, :length]
 
 
+class PrefixKV:
+    """The keys and values of a prefix every row shares (a system prompt), computed once
+    without gradient; a forward over the tokens that follow it attends to them. It is
+    used as a cache (Model.forward(ids, positions=P.., cache=prefix, cache_len=P + L)),
+    but writes nothing: `update` returns the prefix's K/V with the new tokens' after
+    them, so a training forward backpropagates through the new tokens as usual (the
+    prefix's own K/V get no gradient: that is the saving)."""
+
+    def __init__(self, k: Tensor, v: Tensor) -> None:
+        self.k, self.v = k, v  # [layers, 1, KV, P, hd], detached
+        self.length = k.shape[3]
+
+    @property
+    def batch(self) -> int:
+        return 1 << 30  # any batch: the prefix is broadcast over the rows
+
+    @property
+    def max_seq(self) -> int:
+        return 1 << 30
+
+    def update(
+        self, layer: int, positions: Tensor, k: Tensor, v: Tensor, length: int
+    ) -> tuple[Tensor, Tensor]:
+        B = k.shape[0]
+        pk = self.k[layer].expand(B, -1, -1, -1).to(k.dtype)
+        pv = self.v[layer].expand(B, -1, -1, -1).to(v.dtype)
+        return torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)
+
+
+@torch.no_grad()
+def prefix_kv(model: nn.Module, ids: Tensor) -> PrefixKV:
+    """The K/V of `ids` [P] through `model` (a Model, or anything that forwards like
+    one on its weights, such as training.sft.adapters.AdaptedModel), without gradient."""
+    c, P = model.config, ids.shape[0]
+    cache = KVCache(1, P, c.num_hidden_layers, c.num_key_value_heads, c.head_dim)
+    model(ids[None], cache=cache, cache_len=P, logits_at=ids.new_zeros(1))
+    return PrefixKV(cache.k.clone(), cache.v.clone())
+
+
 class Attention(nn.Module):
     def __init__(self, config: ModelConfig, layer: int):
         super().__init__()

@@ -114,6 +114,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "trained in full (the upcycled experts are identical copies until they have them; "
         "a part that has them trains its own). 0: none added (default)",
     )
+    sft.add_argument(
+        "--full-backward",
+        action="store_true",
+        help="backpropagate through the system prompt too. By default the prefix every "
+        "demonstration of a step shares (the system prompt) is forwarded once per step "
+        "without gradient and the rest trains after it: the same loss, ~40%% less work",
+    )
     _common_options(sft, steps=100, batch=4, lr=5e-4)
 
     rl = sub.add_parser(
@@ -355,6 +362,7 @@ def _train_config(args: argparse.Namespace):
         eval_every=args.eval_every,
         save_every=args.save_every,
         seed=args.seed,
+        shared_prefix=not getattr(args, "full_backward", True),
     )
 
 

@@ -26,7 +26,7 @@ from training.sft.data import (
     sft_examples,
     split_files,
 )
-from training.sft.trainer import TrainConfig, Trainer
+from training.sft.trainer import TrainConfig, Trainer, collate
 
 SYSTEM = "You are tachy. Call tools with <tool_call> blocks."
 CODE = '''
@@ -253,6 +253,30 @@ def test_micro_batching_accumulates_the_full_batch_gradient(tok, corpus: Path, t
     assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
     for ga, gb in zip(grads_a, grads_b, strict=True):
         assert torch.allclose(ga, gb, rtol=1e-4, atol=1e-7)
+
+
+def test_a_shared_prefix_gives_the_same_loss_and_nearly_the_same_gradient(tok, tmp_path: Path):
+    # The demonstrations share their system prompt: forwarded once without gradient, the
+    # loss is the full forward's; the gradient lacks only what flows back through the
+    # prefix's keys and values.
+    examples, _ = sft_examples(tok, DEMOS, max_len=512)
+    runs = []
+    for shared in (False, True):
+        config = TrainConfig(steps=1, batch_size=3, micro_batch_size=1, eval_every=0,
+                             shared_prefix=shared)  # fmt: skip
+        model = tiny_model(tok.vocab_size, router_aux_loss_coef=0.0)
+        trainer = Trainer(model, tok, examples, None, config, tmp_path / f"s{shared}", log=None)
+        if shared:
+            micro = [collate(examples, [i], trainer.pad_id) for i in range(3)]
+            prefix, cut = trainer._shared_prefix(micro)
+            assert prefix is not None and prefix.length >= 16
+            assert all(m.shape[1] == micro[0][2].shape[1] - prefix.length for _, _, m in cut[:1])
+        metrics = trainer.train()[0]
+        runs.append((metrics, torch.cat([p.grad.flatten() for p in model.parameters()])))
+    (full, g_full), (shared, g_shared) = runs
+    assert shared["loss"] == pytest.approx(full["loss"], rel=1e-5)
+    cosine = torch.nn.functional.cosine_similarity(g_full, g_shared, dim=0)
+    assert 0.5 < cosine < 1.0  # the same direction, without the prefix's share
 
 
 def test_mxfp8_experts_train_like_fp32(tok, corpus: Path, tmp_path: Path):

@@ -48,7 +48,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from model.model import Model
+from model.model import Model, PrefixKV, prefix_kv
 from model.tokenizer import Tokenizer
 from training.sft.common import (
     METRICS_FILE,
@@ -61,6 +61,8 @@ from training.sft.common import (
     write_checkpoint,
 )
 from training.sft.data import Examples
+
+MIN_SHARED_PREFIX = 16  # a shorter shared prefix is not worth its own forward
 
 
 @dataclass
@@ -78,6 +80,11 @@ class TrainConfig:
     eval_every: int = 50  # 0 = only at the end
     eval_rows: int = 64  # held-out rows per evaluation (the first ones, always the same)
     save_every: int = 0  # 0 = only at the end
+    # The prefix every row of a step shares and holds no target (the system prompt)
+    # forwarded once per step without gradient, the rows' forward and backward starting
+    # after it: the loss is the same, the gradient leaves out what flows back through
+    # that prefix's keys and values. ~40 % less work on agent demonstrations.
+    shared_prefix: bool = False
     log_every: int = 10  # progress line on stderr every N steps
     seed: int = 0
 
@@ -166,10 +173,43 @@ class Trainer:
         return rows
 
     # ------------------------------------------------------------------- steps
-    def _forward(self, inputs: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """logits [N, V] at the N target positions of `mask`, and the router aux loss."""
-        out = self.model(inputs, return_aux_loss=True, logits_where=mask)
+    def _forward(
+        self, inputs: Tensor, mask: Tensor, prefix: PrefixKV | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """logits [N, V] at the N target positions of `mask`, and the router aux loss;
+        with `prefix`, `inputs` are the tokens after it."""
+        if prefix is None:
+            out = self.model(inputs, return_aux_loss=True, logits_where=mask)
+        else:
+            P, L = prefix.length, inputs.shape[1]
+            positions = torch.arange(P, P + L)
+            out = self.model(
+                inputs, positions, prefix, cache_len=P + L, return_aux_loss=True,
+                logits_where=mask,
+            )  # fmt: skip
         return out.logits, out.aux_loss
+
+    def _shared_prefix(
+        self, micro: list[tuple[Tensor, Tensor, Tensor]]
+    ) -> tuple[PrefixKV | None, list[tuple[Tensor, Tensor, Tensor]]]:
+        """With config.shared_prefix: the K/V of the prefix every row of the step shares
+        and no target lies in (the system prompt, and what follows it alike), computed
+        once without gradient, and the micro-batches cut after it."""
+        if not self.config.shared_prefix:
+            return None, micro
+        first = micro[0][0][0]
+        # the first target position of any row (a row without targets: its length)
+        P = min(
+            int(torch.where(m.any(1), m.float().argmax(1), m.shape[1]).min()) for _, _, m in micro
+        )
+        for inputs, _, _ in micro:
+            for row in inputs:
+                same = (row[: len(first)] == first[: len(row)]).long()
+                P = min(P, int(same.cumprod(0).sum()))
+        if P < MIN_SHARED_PREFIX:
+            return None, micro
+        prefix = prefix_kv(self.model, first[:P])
+        return prefix, [(i[:, P:], t[:, P:], m[:, P:]) for i, t, m in micro]
 
     def train_step(self) -> dict[str, Any]:
         """One optimizer step; returns its metrics."""
@@ -188,8 +228,9 @@ class Trainer:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, aux_sum = 0.0, 0.0
+        prefix, micro = self._shared_prefix(micro)
         for inputs, targets, mask in micro:
-            logits, aux = self._forward(inputs, mask)  # [N, V], scalar
+            logits, aux = self._forward(inputs, mask, prefix)  # [N, V], scalar
             nll = F.cross_entropy(logits.float(), targets[mask], reduction="sum")
             loss = nll / max(1, targets_total) + self.aux_coef * aux / len(micro)
             loss.backward()
