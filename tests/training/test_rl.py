@@ -18,20 +18,19 @@ from pathlib import Path
 import pytest
 import torch
 
-from agent.policy import Message
+from agent.policy import Message, PolicyError
 from agent.render import render_system_prompt
 from agent.tools import ALL_TOOLS
 from model.checkpoint import load, save
 from model.tokenizer import IM_END, train_bpe
 from tests.training.test_envs import BUGGY_OPS, TEST_OPS, task, write
 from tests.training.test_sft import CODE, DEMOS, tiny_model
-from training.rl.buffer import TaskSampler
 from training.rl.config import RLConfig
 from training.rl.controller import RLRun
 from training.rl.inference import InferenceService
 from training.rl.loss import TokenBatch, sequence_logprobs
 from training.rl.rollout_worker import RolloutResult, RolloutService, RolloutSettings
-from training.rl.token_policy import TokenPolicy
+from training.rl.token_policy import Sample, TokenPolicy
 from training.rl.trainer import RLTrainer
 from training.sft.common import read_state, write_checkpoint
 from training.tasks.taskset import TaskError, append_tasks
@@ -126,6 +125,35 @@ def test_token_policy_feeds_back_the_sampled_ids_and_encodes_only_new_context(in
     assert stops_seen == [["<tool_result"], ["<tool_result"]]  # the executor's, passed on
     experts = [e for n, e in seq.experts if e is not None]
     assert [e.shape[0] for e in experts] == [len(sampled1), len(sampled2)]
+
+
+def test_a_hint_reaches_the_sampler_but_never_the_trainers_sequence(tok):
+    seen: list[list[int]] = []
+    answer = tok.encode("ok", allow_special=False)
+
+    async def sample(ids, n, stop):
+        seen.append(list(ids))
+        return Sample(answer, [-0.5] * len(answer), None, 0, "ok", "stop")
+
+    plain = "fix add()"
+    hinted = plain + "\n\nReviewer's note: look at line 2 of `calc/ops.py`."
+    policy = TokenPolicy(sample, tok, max_tokens=1024, max_new_tokens=8, hint=(plain, hinted))
+    first = messages(("system", "be brief"), ("user", hinted))
+    asyncio.run(drive(policy, first))
+    asyncio.run(drive(policy, [*first, Message("assistant", "ok"), Message("user", "result")]))
+    head_plain = tok.encode_chat([("system", "be brief"), ("user", plain)], generation_prompt=True)[
+        0
+    ]
+    head_hint = tok.encode_chat([("system", "be brief"), ("user", hinted)], generation_prompt=True)[
+        0
+    ]
+    seq = policy.sequence.token_ids
+    assert seen[0] == head_hint and seq[: len(head_plain)] == head_plain
+    assert seen[1] == head_hint + seq[len(head_plain) : len(seq) - len(answer)]
+    assert sum(policy.sequence.loss_mask) == 2 * len(answer)  # only what was sampled
+    with pytest.raises(PolicyError, match="hinted instruction"):
+        other = TokenPolicy(sample, tok, max_tokens=1024, max_new_tokens=8, hint=(plain, "x"))
+        asyncio.run(drive(other, first))
 
 
 def test_the_sampler_ends_at_a_stop_string(init_dir, tok):
@@ -268,18 +296,6 @@ def test_groups_without_signal_leave_the_weights_alone(init_dir, tok):
     assert all(torch.equal(w, before[n]) for n, w in trainer.model.state_dict().items())
 
 
-def test_task_sampler_continues_where_it_stopped():
-    ids = [f"t{i}" for i in range(5)]
-    a = TaskSampler(ids, seed=4)
-    run = [a.next() for _ in range(12)]
-    assert sorted(run[:5]) == sorted(ids) and sorted(run[5:10]) == sorted(ids)
-    b = TaskSampler(ids, seed=4)
-    _ = [b.next() for _ in range(7)]
-    c = TaskSampler(ids, seed=4)
-    c.epoch, c.cursor = b.epoch, b.cursor
-    assert [c.next() for _ in range(5)] == run[7:12]
-
-
 def test_config_errors(tmp_path):
     with pytest.raises(ValueError, match="ratio_against must be one of"):
         config(ratio_against="old").check()
@@ -318,6 +334,7 @@ def test_tachy_train_rl_two_steps_then_resume(init_dir, taskset, tmp_path):
         f'tasks = "{taskset}"\ninit = "{init_dir}"\nheldout_tasks = "{taskset}"\n'
         "group_size = 2\ngroups_per_step = 2\noverprovision = 1\nmax_turns = 2\n"
         "max_tokens = 2048\nmax_new_tokens = 24\neval_tasks = 2\nenvs_per_worker = 2\n"
+        'max_launches_per_step = 40\nhints = "line,file@0.5"\n'
         f'workdir = "{tmp_path / "envs"}"\nlr = 1e-3\n'
     )
     done = tachy("train", "rl", "--config", "rl.toml", "--steps", "2", "--out", "out", cwd=tmp_path)
@@ -326,7 +343,9 @@ def test_tachy_train_rl_two_steps_then_resume(init_dir, taskset, tmp_path):
     assert [m["step"] for m in lines] == [0, 1, 2]
     assert "heldout_solve_rate" in lines[0] and "heldout_solve_rate" in lines[2]
     for m in lines[1:]:
-        assert m["rollouts"] == 4 and m["groups"] == 2
+        # coin-flip tasks: groups whose two runs agree are dropped and replaced
+        assert m["rollouts"] == 4 and m["groups"] == 2 and m["sampling_kept"] == 2
+        assert 0 <= m["dropped_share"] < 1 and "family_pass_rate" in m
         for key in ("reward", "turns", "tool_calls", "parallel_calls_per_turn", "tokens",
                     "rollout_s_mean", "step_s", "trainer_idle_frac", "weight_sync_s"):  # fmt: skip
             assert key in m, key

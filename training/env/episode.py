@@ -86,8 +86,10 @@ async def run_episode(
     timeout_s: float | None = None,
     on_event: Callable[[ev.Event], None] | None = None,
     abort: asyncio.Event | None = None,
+    instruction: str | None = None,
 ) -> Episode:
-    """Run the task's instruction through the executor in `env`, then score it.
+    """Run the task's instruction (or `instruction`: the task's with an RL hint) through
+    the executor in `env`, then score it.
 
     `timeout_s` (default: the env's rollout limit) bounds the agent's run; its
     commands are killed when it expires. The tests' own limit is the task's
@@ -102,7 +104,7 @@ async def run_episode(
     except LintError:
         lints_before = None
     executor = Executor(env.ctx, policy, max_turns=max_turns, on_event=on_event)
-    run = asyncio.ensure_future(executor.run(task.instruction))
+    run = asyncio.ensure_future(executor.run(instruction or task.instruction))
     aborted = asyncio.ensure_future((abort or asyncio.Event()).wait())
     try:
         done, _ = await asyncio.wait({run, aborted}, timeout=limit, return_when="FIRST_COMPLETED")

@@ -1,18 +1,19 @@
 """The rollout buffer between the rollout workers and the trainer: groups of rollouts
 launched on the workers, collected as they finish, and taken by the controller whole.
 
-    buffer = RolloutBuffer(workers, samplers, TaskSampler(task_ids, seed), group_size=4)
-    buffer.launch(version, settings)      # one group: group_size runs of the next task
+    buffer = RolloutBuffer(workers, samplers, group_size=4)
+    buffer.launch(version, settings, "calc-1", hint=0)   # one group: group_size runs of a task
     while buffer.ready < 2:
         buffer.collect()                  # wait for the next rollout to finish
-    results = buffer.take(2)              # the first 2 groups to finish, their runs flat
+    groups = buffer.take(2)               # the first 2 groups to finish
     buffer.abort()                        # stop what still runs (the run is over)
 
 A group is `group_size` runs of one task from the same start; it is ready when all its
 runs are in. Runs are spread round-robin over the workers and the inference actors. A
 run whose worker failed comes back as a masked "error" result, never an exception. The
 buffer knows nothing of steps or staleness: when to launch and how many groups to take
-is the controller's (training/rl/controller.py).
+is the controller's (training/rl/controller.py), and so is which task a group runs
+(training/rl/curriculum.py).
 """
 
 from __future__ import annotations
@@ -23,32 +24,13 @@ from typing import Any
 import ray
 
 from training.rl.rollout_worker import RolloutResult, RolloutSettings
-from training.sft.common import epoch_permutation
-
-
-class TaskSampler:
-    """Tasks in a fresh permutation per epoch, seeded by (seed, epoch); its position is
-    (epoch, cursor), saved with the checkpoint."""
-
-    def __init__(self, task_ids: list[str], seed: int) -> None:
-        if not task_ids:
-            raise ValueError("no training tasks")
-        self.task_ids, self.seed = sorted(task_ids), seed
-        self.epoch, self.cursor = 0, 0
-
-    def next(self) -> str:
-        if self.cursor == len(self.task_ids):
-            self.epoch, self.cursor = self.epoch + 1, 0
-        perm = epoch_permutation(len(self.task_ids), self.seed, self.epoch)
-        task = self.task_ids[perm[self.cursor]]
-        self.cursor += 1
-        return task
 
 
 @dataclass
 class Group:
     gid: str  # "s{version}g{n}": launched at policy version `version`, the n-th group
     task_id: str
+    hint: int = 0  # the hint level its runs have (training.rl.curriculum)
     results: list[RolloutResult] = field(default_factory=list)
 
 
@@ -61,12 +43,11 @@ class RolloutBuffer:
         self,
         workers: list[Any],  # RolloutWorker actor handles
         samplers: list[Any],  # InferenceActor handles
-        tasks: TaskSampler,
         group_size: int,
         *,
         launched: int = 0,
     ) -> None:
-        self.workers, self.samplers, self.tasks = workers, samplers, tasks
+        self.workers, self.samplers = workers, samplers
         self.group_size = group_size
         self.launched = launched
         self._refs: dict[Any, tuple[str, str, Any]] = {}  # ObjectRef -> (gid, rid, worker)
@@ -83,17 +64,18 @@ class RolloutBuffer:
         """Groups whose runs are all in, not yet taken."""
         return len(self._ready)
 
-    def launch(self, version: int, settings: RolloutSettings) -> Group:
-        """Start one group: `group_size` runs of the next task, at policy `version`."""
+    def launch(self, version: int, settings: RolloutSettings, task_id: str, hint: int = 0) -> Group:
+        """Start one group: `group_size` runs of `task_id` at policy `version`, with a
+        hint of level `hint`."""
         self.launched += 1
-        group = Group(f"s{version}g{self.launched}", self.tasks.next())
+        group = Group(f"s{version}g{self.launched}", task_id, hint)
         self._running[group.gid] = group
         for i in range(self.group_size):
             n = self.launched * self.group_size + i
             worker = self.workers[n % len(self.workers)]
             sampler = self.samplers[n % len(self.samplers)]
             rid = f"{group.gid}.{i}"
-            ref = worker.rl_rollout.remote(rid, group.task_id, sampler, settings)
+            ref = worker.rl_rollout.remote(rid, group.task_id, sampler, settings, hint)
             self._refs[ref] = (group.gid, rid, worker)
         return group
 
@@ -112,10 +94,10 @@ class RolloutBuffer:
             if len(group.results) == self.group_size:
                 self._ready.append(self._running.pop(gid))
 
-    def take(self, n: int) -> list[RolloutResult]:
-        """The results of the first `n` ready groups, group by group; the rest stay."""
+    def take(self, n: int) -> list[Group]:
+        """The first `n` ready groups; the rest stay."""
         batch, self._ready = self._ready[:n], self._ready[n:]
-        return [r for g in batch for r in g.results]
+        return batch
 
     def abort(self, timeout_s: float = 120) -> None:
         """Stop every rollout still running and wait for them; forget every group (the

@@ -13,6 +13,7 @@ from typing import Any
 
 import msgspec
 
+from training.rl.curriculum import HintSchedule
 from training.rl.loss import MODES
 
 RATIO_AGAINST = ("sampler", "trainer")
@@ -51,6 +52,18 @@ class RLConfig:
     # minus turn_cost per turn the run took: of two runs that solve a task the shorter
     # scores higher (speed is part of quality); 0 trains on the tests' reward alone
     turn_cost: float = 0.0
+    # which tasks (training.rl.curriculum): tasks whose recent un-hinted pass rate is
+    # strictly between 0 and 1 (or unknown); a group whose runs all pass or all fail is
+    # dropped and another launched instead (dynamic sampling), at most
+    # max_launches_per_step groups a step (0: 4 x groups_per_step)
+    dynamic_sampling: bool = True
+    max_launches_per_step: int = 0
+    difficulty_window: int = 16  # outcomes kept per task for its pass-rate estimate
+    difficulty_horizon: int = 20  # steps an outcome counts for
+    # a task whose un-hinted group solved nothing is rolled out again with a reviewer's
+    # hint: "prefix,line,file@0.6" = those levels in equal parts of the first 60 % of the
+    # steps, none after (training.rl.curriculum.HintSchedule); "none": never
+    hints: str = "none"
     # actors
     inference_actors: int = 1
     inference_batch: int = 8
@@ -87,14 +100,14 @@ class RLConfig:
             "group_size", "groups_per_step", "max_turns", "max_tokens", "max_new_tokens",
             "rollout_timeout_s", "command_timeout_s", "inference_actors", "inference_batch",
             "rollout_workers", "envs_per_worker", "micro_batch", "steps", "eval_tasks",
-            "lora_rank",
+            "lora_rank", "difficulty_window", "difficulty_horizon",
         ]  # fmt: skip
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         for name in (
             "overprovision", "max_staleness", "eval_every", "save_every", "format_reward",
-            "turn_cost",
+            "turn_cost", "max_launches_per_step",
         ):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
@@ -114,6 +127,7 @@ class RLConfig:
             raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
         if self.heldout_fraction and self.heldout_tasks:
             raise ValueError("give heldout_tasks or heldout_fraction, not both")
+        HintSchedule.parse(self.hints)  # a CurriculumError (a ValueError) naming what is wrong
 
     @classmethod
     def from_file(cls, path: str | Path, **overrides: Any) -> RLConfig:

@@ -58,8 +58,9 @@ from model.part import is_part
 from model.tokenizer import Tokenizer, TokenizerError, find_tokenizer
 from training.env.pool import EnvLimits
 from training.eval.stats import bootstrap_ci
-from training.rl.buffer import RolloutBuffer, TaskSampler
+from training.rl.buffer import Group, RolloutBuffer
 from training.rl.config import RLConfig
+from training.rl.curriculum import Curriculum, HintSchedule
 from training.rl.inference import InferenceActor, pack_weights
 from training.rl.rollout_worker import RolloutResult, RolloutSettings, RolloutWorker
 from training.rl.trainer import RLTrainer
@@ -72,6 +73,7 @@ from training.sft.common import (
     write_checkpoint,
 )
 from training.sft.data import is_heldout
+from training.tasks.families import FAMILIES
 from training.tasks.taskset import load_tasks
 
 
@@ -96,18 +98,29 @@ class RLRun:
                 f"max_tokens {config.max_tokens} exceeds the model's context of {context} tokens"
             )
         self.trainer = RLTrainer(model, self.tokenizer, config)
-        task_ids = [t.id for t in load_tasks(config.tasks)]
+        families = {t.id: t.metadata.family for t in load_tasks(config.tasks)}
         fraction = config.heldout_fraction
-        held = [t for t in task_ids if fraction and is_heldout(t, fraction)]
-        self.sampler = TaskSampler(sorted(set(task_ids) - set(held)), config.seed)
+        held = [t for t in families if fraction and is_heldout(t, fraction)]
+        self.curriculum = Curriculum(
+            {t: f for t, f in families.items() if t not in held}, config.seed,
+            window=config.difficulty_window, horizon=config.difficulty_horizon,
+        )  # fmt: skip
+        self.families = families
+        self.hints = HintSchedule.parse(config.hints)
         self.eval_taskset = config.heldout_tasks or (config.tasks if held else None)
         if config.heldout_tasks:
-            held = [t.id for t in load_tasks(config.heldout_tasks)]
+            heldout = load_tasks(config.heldout_tasks)
+            held = [t.id for t in heldout]
+            self.families |= {t.id: t.metadata.family for t in heldout}
         self.heldout_ids = sorted(held)[: config.eval_tasks]
         self.out.mkdir(parents=True, exist_ok=True)  # once the inputs are known good
         if state is not None:
+            if "curriculum" not in state:
+                raise TrainStateError(
+                    f"{self.out}: saved by an older tachy (no curriculum state); start a new run"
+                )
             self.trainer.load_state_dict(state)
-            self.sampler.epoch, self.sampler.cursor = state["sampler"]
+            self.curriculum.load_state_dict(state["curriculum"])
             truncate_metrics(self.out, self.trainer.version)
         self.buffer: RolloutBuffer | None = None  # made with the actors
         self._actors_up = False
@@ -163,9 +176,7 @@ class RLRun:
                 )
             ]
         launched = self.buffer.launched if self.buffer is not None else 0
-        self.buffer = RolloutBuffer(
-            self.workers, self.inference, self.sampler, cfg.group_size, launched=launched
-        )
+        self.buffer = RolloutBuffer(self.workers, self.inference, cfg.group_size, launched=launched)
         self._actors_up = True
         self._sampler_seen = (0.0, 0)  # (busy seconds, tokens) the actors had reported
         self.sync_weights()
@@ -199,10 +210,14 @@ class RLRun:
         self.close()
 
     # ------------------------------------------------------------------ rollouts
-    def _settings(self, *, greedy: bool = False) -> RolloutSettings:
+    def _settings(self, task_id: str, *, greedy: bool = False) -> RolloutSettings:
+        """A rollout's limits: the config's, with the turns capped by the task family's
+        budget (training.tasks.families: an easy bug needs fewer turns)."""
         cfg = self.config
+        family = FAMILIES.get(self.families.get(task_id, ""))
+        turns = min(cfg.max_turns, family.max_turns) if family else cfg.max_turns
         return RolloutSettings(
-            max_turns=cfg.max_turns, max_tokens=cfg.max_tokens,
+            max_turns=turns, max_tokens=cfg.max_tokens,
             max_new_tokens=cfg.max_new_tokens, timeout_s=cfg.rollout_timeout_s,
             max_staleness=None if greedy or not cfg.async_rollouts else cfg.max_staleness,
             temperature=0.0 if greedy else None,
@@ -233,20 +248,11 @@ class RLRun:
         mark = time.perf_counter()
         try:
             while self.trainer.version < until:
-                want = cfg.groups_per_step
-                target = want + cfg.overprovision  # groups in flight or ready (async)
-                settings = self._settings()
-                if not cfg.async_rollouts:
-                    while buffer.running < want:
-                        buffer.launch(self.trainer.version, settings)
                 waited = time.perf_counter()
-                while buffer.ready < want:
-                    if cfg.async_rollouts:
-                        while buffer.running + buffer.ready < target:
-                            buffer.launch(self.trainer.version, settings)
-                    buffer.collect()
+                kept, dropped, launches = self._gather(buffer)
                 idle = time.perf_counter() - waited
-                results = buffer.take(want)
+                groups = kept or dropped  # nothing with signal: an update that changes little
+                results = [r for g in groups for r in g.results]
                 stale = self._mask_stale(results)
                 m = self.trainer.train_step(results)
                 sync_s = self.sync_weights()
@@ -254,6 +260,7 @@ class RLRun:
                 step_s = now - mark
                 mark = now
                 m = {"step": self.trainer.version} | self._rollout_metrics(results) | m
+                m |= self._curriculum_metrics(kept, dropped, launches)
                 m |= {
                     "stale_masked": stale,
                     "carried_over": buffer.ready + buffer.running,
@@ -277,14 +284,65 @@ class RLRun:
             buffer.abort()  # the run is over: stop what still runs
         return history
 
+    def _gather(self, buffer: RolloutBuffer) -> tuple[list[Group], list[Group], int]:
+        """The step's groups: launched from the curriculum (a hint where the schedule
+        gives one), collected as they finish, each recorded; one whose runs all score
+        the same is dropped and another launched in its place (dynamic sampling), up to
+        max_launches_per_step. Returns (kept, dropped, groups launched)."""
+        cfg = self.config
+        step = self.trainer.version
+        level = self.hints.level(step, cfg.steps)
+        want = cfg.groups_per_step
+        spare = cfg.overprovision if cfg.async_rollouts else 0
+        cap = cfg.max_launches_per_step or 4 * want
+        kept: list[Group] = []
+        dropped: list[Group] = []
+        launches = 0
+        while len(kept) < want:
+            while buffer.running + buffer.ready < want - len(kept) + spare and launches < cap:
+                task_id, hint = self.curriculum.next(step, level)
+                buffer.launch(step, self._settings(task_id), task_id, hint)
+                launches += 1
+            if not buffer.ready:
+                if not buffer.running:
+                    break  # the launch cap is spent: train on what there is
+                buffer.collect()
+                continue
+            [group] = buffer.take(1)
+            solved = [r.reward > 0 for r in group.results if not r.masked]
+            signal = self.curriculum.record(group.task_id, solved, step, group.hint)
+            (kept if signal or not cfg.dynamic_sampling else dropped).append(group)
+        return kept, dropped, launches
+
+    def _curriculum_metrics(self, kept: list[Group], dropped: list[Group], launches: int):
+        step = self.trainer.version  # after the update: estimates as the next step sees them
+        done = len(kept) + len(dropped)
+        return {
+            "sampling_kept": len(kept),
+            "sampling_dropped": len(dropped),
+            "dropped_share": round(len(dropped) / done, 4) if done else 0.0,
+            "groups_launched": launches,
+            "hint_level": self.hints.level(step - 1, self.config.steps),
+            "hinted_groups": sum(g.hint > 0 for g in kept),
+            "hinted_share": round(sum(g.hint > 0 for g in kept) / len(kept), 4) if kept else 0.0,
+            "no_signal": not kept,
+            "kept_families": sorted(self.families.get(g.task_id, "?") for g in kept),
+            "family_pass_rate": {
+                f: e["pass_rate"] for f, e in self.curriculum.family_estimates(step).items()
+            },
+        }
+
     def evaluate(self) -> dict[str, Any]:
         """Held-out solve rate: each held-out task once, greedy, with the current weights."""
         started = time.perf_counter()
-        settings = self._settings(greedy=True)
         worker, n = self.eval_workers[0], len(self.inference)
-        refs = [
+        refs = [  # never a hint: a held-out evaluation measures the model alone
             worker.rl_rollout.remote(
-                f"eval{self.trainer.version}.{i}", task_id, self.inference[i % n], settings
+                f"eval{self.trainer.version}.{i}",
+                task_id,
+                self.inference[i % n],
+                self._settings(task_id, greedy=True),
+                0,
             )
             for i, task_id in enumerate(self.heldout_ids)
         ]
@@ -298,9 +356,15 @@ class RLRun:
         shape = ("parallel_calls_per_turn", "tool_calls", "tool_error_frac", "well_formed_frac",
                  "reads_before_edit", "codebase_searches", "turns", "tokens", "turns_solved",
                  "tokens_solved")  # fmt: skip
+        by_family: dict[str, list[float]] = {}
+        for r, ok in zip(results, solved, strict=True):
+            by_family.setdefault(self.families.get(r.task_id, "?"), []).append(ok)
         return (
             {
                 "heldout_solve_rate": round(statistics.fmean(solved), 4),
+                "heldout_families": {
+                    f: round(statistics.fmean(v), 4) for f, v in sorted(by_family.items())
+                },
                 "heldout_solve_ci95": [round(low, 4), round(high, 4)],
                 "heldout_tasks": len(results),
                 "heldout_masked": sum(r.masked for r in results),
@@ -383,7 +447,7 @@ class RLRun:
 
     def save(self) -> Path:
         state = self.trainer.state_dict() | {
-            "sampler": [self.sampler.epoch, self.sampler.cursor],
+            "curriculum": self.curriculum.state_dict(),
             "config": dataclasses.asdict(self.config),
             "kind": "rl",
         }

@@ -25,8 +25,10 @@ from model.checkpoint import open_tokenizer
 from training.env.actor import EnvService
 from training.env.episode import run_episode
 from training.env.pool import EnvLimits
+from training.rl.curriculum import HINT_LEVELS, hint_note
 from training.rl.loss import TokenSequence
 from training.rl.token_policy import Sample, TokenPolicy
+from training.tasks.expert import ExpertPolicy
 
 STATUSES = ("scored", "truncated", "max_tokens", "stale", "aborted", "error")
 
@@ -64,6 +66,7 @@ class RolloutResult:
     versions: tuple[int, int] | None = None  # (oldest, newest) policy version sampled
     error: str = ""
     sequence: TokenSequence = field(default_factory=TokenSequence)
+    hint: int = 0  # the hint level it was rolled out with (training.rl.curriculum)
 
     @property
     def masked(self) -> bool:
@@ -85,10 +88,18 @@ class RolloutService(EnvService):
         self.running: dict[str, asyncio.Event] = {}  # abort events by rollout id
 
     async def rl_rollout(
-        self, rollout_id: str, task_id: str, sampler: Any, settings: RolloutSettings
+        self,
+        rollout_id: str,
+        task_id: str,
+        sampler: Any,
+        settings: RolloutSettings,
+        hint: int = 0,
     ) -> RolloutResult:
         """One rollout of `task_id` from its start state, sampled from `sampler` (an
-        inference actor handle, or an InferenceService in-process)."""
+        inference actor handle, or an InferenceService in-process). `hint` (a
+        training.rl.curriculum level, 0 for none) adds a reviewer's note to the
+        instruction the sampler sees, and at level 3 starts the run after the expert's
+        turns before its edit; the trainer's sequence never holds the note."""
         remote = hasattr(sampler.generate, "remote")
 
         async def sample(ids: list[int], n: int, stop: list[str]) -> Sample:
@@ -96,16 +107,24 @@ class RolloutService(EnvService):
                 return await sampler.generate.remote(ids, n, stop, settings.temperature)
             return await sampler.generate(ids, n, stop, settings.temperature)
 
+        task = self.pool.tasks[task_id]
+        note = hint_note(task.metadata.sites, hint)
+        instruction = f"{task.instruction}\n\n{note}" if note else None
         policy = TokenPolicy(
             sample, self.tokenizer, max_tokens=settings.max_tokens,
             max_new_tokens=settings.max_new_tokens, max_staleness=settings.max_staleness,
+            hint=(task.instruction, instruction) if instruction else None,
         )  # fmt: skip
         env_id = await self.acquire(task_id)
         abort = self.running[rollout_id] = asyncio.Event()
         try:
+            env = self._env(env_id)
+            runner: Any = policy
+            if hint >= HINT_LEVELS["prefix"] and task.metadata.sites:
+                runner = PrefixedPolicy(await asyncio.to_thread(_expert_prefix, env), policy)
             episode = await run_episode(
-                self._env(env_id), policy, max_turns=settings.max_turns,
-                timeout_s=settings.timeout_s, abort=abort,
+                env, runner, max_turns=settings.max_turns, timeout_s=settings.timeout_s,
+                abort=abort, instruction=instruction,
             )  # fmt: skip
         finally:
             self.running.pop(rollout_id, None)
@@ -143,6 +162,7 @@ class RolloutService(EnvService):
             versions=policy.versions,
             error=episode.error or "",
             sequence=policy.sequence,
+            hint=hint,
         )
 
     async def abort(self, rollout_id: str) -> bool:
@@ -152,6 +172,32 @@ class RolloutService(EnvService):
             return False
         abort.set()
         return True
+
+
+class PrefixedPolicy:
+    """The expert's turns first (a hint: the run starts where the expert would edit),
+    then the rollout's own policy, which takes them as context."""
+
+    def __init__(self, turns: list[str], then: Any) -> None:
+        self.turns, self.then = list(turns), then
+
+    async def stream(self, messages, stop):
+        if self.turns:
+            yield self.turns.pop(0)
+            return
+        async for chunk in self.then.stream(messages, stop):
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self.then.aclose()
+
+
+def _expert_prefix(env: Any) -> list[str]:
+    """The scripted expert's turns before its first edit, for the task in `env`."""
+    task = env.task
+    paths = dict.fromkeys(m.path for m in task.metadata.sites)
+    expert = ExpertPolicy(task, {p: env.workspace.read_bytes(p).decode() for p in paths})
+    return expert.turns[: expert.edit_turn]
 
 
 # The Ray actor: RolloutWorker.remote(taskset_dir, checkpoint_dir, size=...).

@@ -73,8 +73,15 @@ class TokenPolicy:
         max_tokens: int,
         max_new_tokens: int,
         max_staleness: int | None = None,
+        hint: tuple[str, str] | None = None,
     ) -> None:
+        """`hint` = (the instruction as the task gives it, the instruction with a hint):
+        the sampler is prompted with the second; the sequence the trainer learns from
+        holds the first (training.rl.curriculum: the ratio against the un-hinted context)."""
         self.sample = sample
+        self.hint = hint
+        self._sampler_head: list[int] = []  # the first context as the sampler saw it
+        self._head = 0  # ... and its length in the trainer's sequence
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.max_new_tokens = max_new_tokens
@@ -96,12 +103,26 @@ class TokenPolicy:
         sampled = [v for v, m in zip(seq.policy_version, seq.loss_mask, strict=True) if m]
         return (min(sampled), max(sampled)) if sampled else None
 
+    def _encode(self, messages: list[Message]) -> list[int]:
+        return self.tokenizer.encode_chat(
+            [(m.role, m.content) for m in messages], generation_prompt=True
+        )[0]
+
     def _context(self, messages: list[Message]) -> list[int]:
         """The ids to append before sampling this turn."""
         if self._last is None:
-            return self.tokenizer.encode_chat(
-                [(m.role, m.content) for m in messages], generation_prompt=True
-            )[0]
+            ids = self._encode(messages)
+            if self.hint is not None:
+                plain, hinted = self.hint
+                if not any(m.role == "user" and m.content == hinted for m in messages):
+                    raise PolicyError("token policy: the hinted instruction is not in the prompt")
+                self._sampler_head = ids
+                ids = self._encode([
+                    Message(m.role, plain) if m.role == "user" and m.content == hinted else m
+                    for m in messages
+                ])  # fmt: skip
+                self._head = len(ids)
+            return ids
         previous = messages[self._seen] if len(messages) > self._seen else None
         if previous is None or previous.role != "assistant" or previous.content != self._last.text:
             raise PolicyError(
@@ -117,12 +138,14 @@ class TokenPolicy:
         context = self._context(messages)
         self.sequence.append_context(context)
         self._seen = len(messages)
-        budget = min(self.max_new_tokens, self.max_tokens - len(self.sequence.token_ids))
+        used = len(self.sequence.token_ids) + len(self._sampler_head) - self._head
+        budget = min(self.max_new_tokens, self.max_tokens - used)
         if budget <= 0:
             self.stop = TokenLimit.reason
             raise TokenLimit(f"the rollout reached its limit of {self.max_tokens} tokens")
         started = time.perf_counter()
-        sample = await self.sample(list(self.sequence.token_ids), budget, stop)
+        prompt = self._sampler_head + list(self.sequence.token_ids)[self._head :]
+        sample = await self.sample(prompt, budget, stop)
         self.sample_s += time.perf_counter() - started
         versions = self.versions
         if (

@@ -232,6 +232,11 @@ class ExpertPolicy:
             )  # fmt: skip
         return f"{done[:1].upper()}{done[1:]}; the failing tests ({tests}) pass."
 
+    @property
+    def edit_turn(self) -> int:
+        """The index of the turn that edits (the turns before it only look)."""
+        return next(i for i, t in enumerate(self.turns) if '<tool_call name="edit_file">' in t)
+
     async def stream(self, messages: list[Message], stop: list[str]) -> AsyncIterator[str]:
         if self.position >= len(self.turns):
             raise PolicyError("the expert's script is over")
