@@ -60,7 +60,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--limit", type=int, metavar="N", help="only the first N tasks")
     p.add_argument(
-        "--max-turns", type=int, default=10, metavar="N", help="turns per attempt (default 10)"
+        "--per-family",
+        type=int,
+        metavar="N",
+        help="only the first N tasks of each family (then --limit, if given)",
+    )
+    p.add_argument(
+        "--max-turns",
+        type=int,
+        metavar="N",
+        help="turns per attempt (default: the task family's budget, 6 for the easiest "
+        "families and 8 for two_files and mutation; 10 for a task of no known family)",
     )
     p.add_argument("--max-tokens", type=int, metavar="N", help="tokens per turn (policy's default)")
     p.add_argument(
@@ -111,10 +121,10 @@ def _err(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    for name in ("attempts", "workers", "max_turns"):
+    for name in ("attempts", "workers"):
         if getattr(args, name) < 1:
             return _err(f"--{name.replace('_', '-')} must be at least 1")
-    for name in ("limit", "max_tokens"):
+    for name in ("limit", "max_tokens", "max_turns", "per_family"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             return _err(f"--{name.replace('_', '-')} must be at least 1")
     if args.timeout <= 0 or (args.temperature is not None and args.temperature < 0):
@@ -132,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
     settings = EvalSettings(
         taskset=str(args.tasks.resolve()), policy=args.policy, attempts=args.attempts,
         max_turns=args.max_turns, max_tokens=args.max_tokens, temperature=args.temperature,
-        timeout_s=args.timeout, seed=args.seed, limit=args.limit,
+        timeout_s=args.timeout, seed=args.seed, limit=args.limit, per_family=args.per_family,
     )  # fmt: skip
     started = time.monotonic()
 

@@ -30,26 +30,49 @@ from agent.policy import CONTEXT_FULL, Policy, PolicyError, load_policy
 from training.env.episode import Episode, run_episode
 from training.env.pool import EnvError, EnvLimits, EnvPool
 from training.eval.stats import bootstrap_ci, pass_at_k
+from training.tasks.families import FAMILIES
 from training.tasks.pypi import READY_MARK
 from training.tasks.taskset import Task, TaskError, load_tasks, task_repo_dir
+
+DEFAULT_MAX_TURNS = 10  # a task of no known family
 
 
 class EvalSettings(msgspec.Struct, kw_only=True):
     taskset: str  # absolute path of the set
     policy: str  # the policy spec
     attempts: int = 1  # per task
-    max_turns: int = 10
+    max_turns: int | None = None  # None: each task family's turn budget (families.FAMILIES)
     max_tokens: int | None = None  # per turn (None: the policy's default)
     temperature: float | None = None  # None: the policy's default (greedy for local:)
     timeout_s: float = 1800.0  # one attempt's wall clock
     seed: int = 0  # sampling seeds of the attempts (when sampling)
     limit: int | None = None  # only the first N tasks
+    per_family: int | None = None  # only the first N tasks of each family (before `limit`)
 
     def comparable(self) -> tuple:
         """What a resumed evaluation must share with the one it continues (the number
         of attempts may grow, the task limit change)."""
         return (self.taskset, self.policy, self.max_turns, self.max_tokens, self.temperature,
                 self.timeout_s, self.seed)  # fmt: skip
+
+    def turns_for(self, task: Task) -> int:
+        """The attempt's turn limit: the setting, else the task family's budget."""
+        if self.max_turns is not None:
+            return self.max_turns
+        family = FAMILIES.get(task.metadata.family)
+        return family.max_turns if family else DEFAULT_MAX_TURNS
+
+    def select(self, tasks: list[Task]) -> list[Task]:
+        """The tasks evaluated: the first `per_family` of each family, then the first `limit`."""
+        if self.per_family is not None:
+            seen: Counter[str] = Counter()
+            chosen = []
+            for task in tasks:
+                seen[task.metadata.family] += 1
+                if seen[task.metadata.family] <= self.per_family:
+                    chosen.append(task)
+            tasks = chosen
+        return tasks[: self.limit]
 
 
 class Attempt(msgspec.Struct, kw_only=True):
@@ -211,7 +234,7 @@ async def run_eval(
     as they happen (the transcript format of `tachy agent --transcript`)."""
     results = Path(results)
     taskset = Path(settings.taskset)
-    tasks = load_tasks(taskset)[: settings.limit]
+    tasks = settings.select(load_tasks(taskset))
     if not tasks:
         raise TaskError(f"{taskset} holds no task")
     check_runnable(taskset, tasks)
@@ -288,7 +311,7 @@ async def _attempt(
     writer = TranscriptWriter(transcripts / f"{task.id}.{index}.jsonl") if transcripts else None
     try:
         episode = await run_episode(
-            env, policy, max_turns=policies.settings.max_turns, on_event=writer
+            env, policy, max_turns=policies.settings.turns_for(task), on_event=writer
         )
     except EnvError as exc:  # the sandbox failed (its tests could not run): not the policy's
         return _unscored(task, index, f"the sandbox failed: {exc}")

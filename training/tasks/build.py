@@ -456,6 +456,7 @@ class ProjectBuilder:
                 self.figures.mutations_tried += 1
                 if result is None:
                     continue
+                figures.caught += 1
                 task = self.make_task(number + 1, result)
                 if task is None:
                     continue
@@ -475,7 +476,13 @@ class ProjectBuilder:
                         future.cancel()
                     break
         if figures.tasks == len(existing):
-            figures.skipped = f"none of {figures.tried} candidates broke a passing test"
+            figures.skipped = (
+                f"none of {figures.tried} candidates gave a task ({figures.caught} broke a "
+                "passing test; kept only when the failure shows what the family needs: "
+                "the literal's value, the failing tests when run alone)"
+                if figures.caught
+                else f"none of {figures.tried} candidates broke a passing test"
+            )
             self.log(f"{project.name}: {family}: {figures.skipped}; going on")
 
     def try_variant(self, v: families.Variant, timeout_s: float) -> _Validated | None:

@@ -80,6 +80,7 @@ class FamilyBuild(msgspec.Struct, kw_only=True):
     """How one family's tasks of a project were built."""
 
     tried: int = 0  # candidates whose tests were run
+    caught: int = 0  # candidates that broke a passing test
     validated: int = 0  # candidates kept as tasks
     tasks: int = 0
     skipped: str = ""  # why the family gave no task here ("" when it did)
