@@ -159,6 +159,21 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     plot.add_argument("dirs", nargs="+", type=path_arg, metavar="DIR", help="runs' --out dirs")
     plot.add_argument("--out", type=path_arg, metavar="FILE", help="the PNG or CSV to write")
 
+    experts = sub.add_parser(
+        "experts",
+        help="do the experts differ? router entropy and load per layer, and expert drift",
+        description=(
+            "Run a model over the conversations of a demonstrations file and report, per MoE "
+            "layer, the router's entropy (a share of log E), each expert's share of the "
+            "top-k assignments, and how far apart the experts' outputs are on the same "
+            "hidden states (0 for the identical copies upcycling makes)."
+        ),
+    )
+    experts.add_argument("model", type=path_arg, metavar="DIR", help="a part or a checkpoint")
+    experts.add_argument("--demos", required=True, type=path_arg, metavar="FILE")
+    experts.add_argument("--tokens", type=int, default=4096, metavar="N", help="tokens read (4096)")
+    experts.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+
 
 def _common_options(p: argparse.ArgumentParser, *, steps: int, batch: int, lr: float) -> None:
     p.add_argument("--steps", type=int, metavar="N", help=f"optimizer steps (default {steps})")
@@ -194,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.train_command == "plot":
             return run_plot(args)
+        if args.train_command == "experts":
+            return run_experts(args)
         if args.train_command == "rl":
             return run_rl(args)
         if args.train_command == "embedder":
@@ -527,6 +544,41 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
     return Trainer(model, tokenizer, train, heldout, config, out, meta=meta, log=sys.stderr)
 
 
+# ---------------------------------------------------------------------- experts
+def run_experts(args: argparse.Namespace) -> int:
+    import torch
+
+    from model.checkpoint import load, open_tokenizer
+    from model.hf import CheckpointError
+    from model.part import assemble, is_part
+    from training.eval.experts import expert_report
+    from training.sft.data import DataError, read_demos
+
+    try:
+        if is_part(args.model):
+            model, tokenizer = assemble(args.model)
+        else:
+            model, tokenizer = load(args.model), open_tokenizer(args.model)
+        demos = read_demos(args.demos)
+    except (CheckpointError, DataError, OSError) as exc:
+        raise UsageError(str(exc)) from None
+    batches = [
+        torch.tensor([tokenizer.encode_chat([(m["role"], m["content"]) for m in d["messages"]])[0]])
+        for d in demos
+    ]
+    report = expert_report(model, batches, max_tokens=args.tokens)
+    if args.json:
+        print(json.dumps(report))
+    mean = report["mean"]
+    print(
+        f"{len(report['layers'])} MoE layers over {report['tokens']} tokens: router entropy "
+        f"{mean['entropy']} of log E, busiest expert {mean['load_max_over_mean']}x the mean "
+        f"load, expert drift {mean['drift']}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 # ---------------------------------------------------------------------- plot
 PLOTTED = (
     # pretrain / sft
@@ -537,7 +589,7 @@ PLOTTED = (
     "turns", "tool_calls", "tool_error_frac", "well_formed_frac", "parallel_calls_per_turn",
     "reads_before_edit", "codebase_searches", "tokens", "turns_solved", "tokens_solved",
     "rollout_s_mean", "step_s", "trainer_idle_frac", "staleness_mean", "logprob_mismatch",
-    "weight_sync_s",
+    "weight_sync_s", "dropped_share", "hinted_share", "hint_level",
 )  # fmt: skip
 SPARK = "▁▂▃▄▅▆▇█"
 
