@@ -254,6 +254,21 @@ def test_sequence_logprobs_alignment():
         sequence_logprobs(model, model_batch(ids, mask, [1.0, 1.0]), replay_routing=True)
 
 
+def test_a_shared_prefix_forwarded_once_gives_the_same_logprobs():
+    model = make_model()
+    ids = rand_ids((3, 40), seed=4)
+    ids[:, :24] = ids[0, :24]  # the rows share a system prompt and a task
+    mask = torch.zeros_like(ids, dtype=torch.bool)
+    mask[:, 26:] = True
+    batch = model_batch(ids, mask, [1.0, 0.0, -1.0])
+    full = sequence_logprobs(model, batch, replay_routing=False, shared_prefix=False)
+    shared = sequence_logprobs(model, batch, replay_routing=False, shared_prefix=True)
+    assert torch.allclose(shared, full, atol=1e-5) and bool(shared[mask].ne(0).all())
+    assert not shared[~mask].any()  # only the sampled tokens' log-probs are computed
+    shared[mask].sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in model.parameters())
+
+
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_gradient_step_moves_logprobs_with_the_advantage(sign):
     model = make_model()

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from model.model import Model
+from model.model import Model, prefix_kv
 from training.rl import routing_replay
 
 MODES = ("token", "gspo")
@@ -255,11 +255,22 @@ def staleness(batch: TokenBatch, version: int) -> dict[str, float]:
 
 
 def sequence_logprobs(
-    model: Model, batch: TokenBatch, *, replay_routing: bool, temperature: float = 1.0
+    model: Model,
+    batch: TokenBatch,
+    *,
+    replay_routing: bool,
+    temperature: float = 1.0,
+    shared_prefix: bool = True,
 ) -> Tensor:
     """The training forward -> logprobs [B, L] fp32 (differentiable when grad is on):
     logprobs[:, t] = log softmax(logits[:, t-1] / temperature)[input_ids[:, t]], the
-    log-prob of token t given tokens < t; logprobs[:, 0] = 0 (no prefix).
+    log-prob of token t given tokens < t, at the loss mask's positions; 0 elsewhere.
+
+    Two savings that leave those values as they are: the head runs only at the positions
+    that predict a masked token (the vocabulary is most of a position's cost), and with
+    `shared_prefix` the prefix every row shares before its first masked token (the system
+    prompt and, within a group, the task) is forwarded once without gradient and the rows
+    start after it (model.PrefixKV; its keys and values get no gradient, as in SFT).
 
     With replay_routing the sampler's experts (batch.routed_experts) are replayed
     (Model.forward's replay_routing). `temperature` must be the sampler's (its log-probs are of the
@@ -272,11 +283,38 @@ def sequence_logprobs(
         raise ValueError("replay asked but the batch has no routed_experts")
     if experts is not None:
         routing_replay.check_experts(model, experts)
-    logits = model(batch.input_ids, replay_routing=experts)  # [B, L, V]
-    logits = logits[:, :-1].float() / temperature  # [B, L-1, V] predicts tokens 1..L-1
-    target = batch.input_ids[:, 1:, None]  # [B, L-1, 1]
-    lp = logits.gather(-1, target)[..., 0] - torch.logsumexp(logits, dim=-1)  # [B, L-1]
-    return torch.cat([lp.new_zeros(lp.shape[0], 1), lp], dim=1)  # [B, L]
+    ids, mask = batch.input_ids, batch.loss_mask
+    B, L = ids.shape
+    where = torch.zeros_like(mask)
+    where[:, :-1] = mask[:, 1:]  # positions whose logits predict a masked token
+    P = _shared_prefix(ids, where) if shared_prefix else 0
+    options: dict = {}
+    if P:
+        options = dict(
+            positions=torch.arange(P, L), cache=prefix_kv(model, ids[0, :P]), cache_len=L
+        )
+    logits = model(
+        ids[:, P:], replay_routing=None if experts is None else experts[:, :, P:],
+        logits_where=where[:, P:], **options,
+    )  # fmt: skip
+    logits = logits.float() / temperature  # [N, V], row-major over the positions of `where`
+    target = ids[:, 1:][where[:, :-1]]  # [N] the token each predicts
+    chosen = logits.gather(-1, target[:, None])[:, 0] - torch.logsumexp(logits, dim=-1)
+    return torch.zeros(B, L, dtype=chosen.dtype).masked_scatter(mask, chosen)
+
+
+MIN_SHARED_PREFIX = 16  # shorter is not worth a forward of its own
+
+
+def _shared_prefix(ids: Tensor, where: Tensor) -> int:
+    """The length of the prefix every row shares, ending before the first position
+    whose logits are needed; 0 when shorter than MIN_SHARED_PREFIX."""
+    if not bool(where.any()):
+        return 0
+    first = int(where.float().argmax(dim=1)[where.any(dim=1)].min())
+    same = (ids == ids[:1]).all(dim=0).long().cumprod(0).sum()
+    P = min(first, int(same))
+    return P if P >= MIN_SHARED_PREFIX else 0
 
 
 # ---------------------------------------------------------------------- the loss
