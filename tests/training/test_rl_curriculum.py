@@ -79,3 +79,10 @@ def test_a_resumed_curriculum_chooses_what_the_uninterrupted_one_would():
     b = Curriculum(FAMILIES, seed=3)
     b.load_state_dict(saved)
     assert [a.next(5, 1) for _ in range(10)] == [b.next(5, 1) for _ in range(10)]
+
+
+def test_a_held_out_evaluation_of_the_first_n_covers_every_family():
+    from training.rl.controller import _spread
+
+    families = {"a-1": "x", "a-2": "x", "a-3": "x", "b-1": "y", "c-1": "z", "c-2": "z"}
+    assert _spread(sorted(families), families) == ["a-1", "b-1", "c-1", "a-2", "c-2", "a-3"]

@@ -112,7 +112,7 @@ class RLRun:
             heldout = load_tasks(config.heldout_tasks)
             held = [t.id for t in heldout]
             self.families |= {t.id: t.metadata.family for t in heldout}
-        self.heldout_ids = sorted(held)[: config.eval_tasks]
+        self.heldout_ids = _spread(sorted(held), self.families)[: config.eval_tasks]
         self.out.mkdir(parents=True, exist_ok=True)  # once the inputs are known good
         if state is not None:
             if "curriculum" not in state:
@@ -454,6 +454,21 @@ class RLRun:
         write_checkpoint(self.trainer.model, self.tokenizer, self.out, state)
         self.trainer.model.train()
         return self.out
+
+
+def _spread(task_ids: list[str], families: dict[str, str]) -> list[str]:
+    """The tasks in turn by family (the first of each family, then the second, ...), so
+    a held-out evaluation of its first N covers every family."""
+    by_family: dict[str, list[str]] = {}
+    for t in task_ids:
+        by_family.setdefault(families.get(t, ""), []).append(t)
+    queues = [by_family[f] for f in sorted(by_family)]
+    out = []
+    while any(queues):
+        for q in queues:
+            if q:
+                out.append(q.pop(0))
+    return out
 
 
 def check_resumable(out: str | Path) -> dict[str, Any]:
