@@ -522,8 +522,9 @@ class ProjectBuilder:
         if focus is None:
             return None  # the failing tests pass when run alone: order-dependent
         output = focus or report.output
-        if v.family == "wrong_literal" and not families.literal_shown(v.sites[0], output):
-            return None  # the assertion does not show the literal: not a tier-1 task
+        literals = [m for m in v.sites if m.operator == "wrong_literal"]
+        if not all(families.literal_shown(m, output) for m in literals):
+            return None  # an assertion does not show the literal: not a tier-1 bug
         p2p = sorted(t for t in self.candidate_tests if report.passed(t) and t not in f2p)
         extra: dict[str, str] = {}
         if len(p2p) > options.p2p_limit:

@@ -105,7 +105,7 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "--mutants-per-project",
         type=int,
         metavar="M",
-        help="mutants to try at most per project (default: 5 x --max-tasks)",
+        help="candidate bugs to try at most per project and family (default: 5 x --max-tasks)",
     )
     build.add_argument(
         "--workers", type=int, default=2, metavar="N", help="test runs at once (default 2)"

@@ -196,6 +196,20 @@ def _finish(t: mutate._Text, path: str, family: str, start: int, end: int, mutat
     return mutate._finish(t, path, candidate)
 
 
+def _module_bindings(tree: ast.Module) -> set[str]:
+    """The names a module binds at its top level: defs, classes, imports, assignments."""
+    names: set[str] = set()
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(stmt.name)
+        elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in stmt.names}
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+            targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
 # ---------------------------------------------------------------- tier 1: sites
 def misspelled_name_sites(source: str, path: str) -> list[Mutation]:
     """A name a function reads (a parameter, a local, a module-level name; four letters
@@ -204,9 +218,7 @@ def misspelled_name_sites(source: str, path: str) -> list[Mutation]:
     tree = ast.parse(source)
     t = mutate._Text(source)
     taken = _identifiers(tree) | _BUILTINS
-    module_names = {
-        n for n in _identifiers(ast.Module(body=tree.body, type_ignores=[]))
-    }  # every name the module binds or uses
+    module_names = _module_bindings(tree)
     own_attrs = {
         n.attr
         for n in ast.walk(tree)
@@ -280,7 +292,7 @@ def missing_import_sites(source: str, path: str) -> list[Mutation]:
 
 
 _STRING_SWAPS = {"-": "_", "_": "-", ",": ";", ";": ",", ":": "=", "=": ":", ".": ",",
-                 " ": "  ", "/": "\\", "|": "/", "%": "#", "#": "%"}  # fmt: skip
+                 " ": "  ", "/": "|", "|": "/", "%": "#", "#": "%"}  # fmt: skip
 
 
 def _literal_slip(value: object, rng: random.Random) -> object | None:
@@ -291,7 +303,7 @@ def _literal_slip(value: object, rng: random.Random) -> object | None:
     if isinstance(value, float):
         return round(value * rng.choice((0.5, 2.0, 10.0)), 6) if value else None
     if isinstance(value, str):
-        words = [w for w in re.findall(r"[A-Za-z]{4,}", value)]
+        words = re.findall(r"[A-Za-z]{4,}", value)
         if words:
             word = rng.choice(words)
             return value.replace(word, misspell(word, rng), 1)
