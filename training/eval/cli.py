@@ -239,7 +239,8 @@ def run_teacher_forced(args: argparse.Namespace) -> int:
         scores = asyncio.run(
             probe_turns(
                 args.tasks, args.policy, workers=args.workers, limit=args.limit,
-                max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed,
+                per_family=args.per_family, max_tokens=args.max_tokens,
+                temperature=args.temperature, seed=args.seed,
                 attempts=args.attempts, turns=args.turns, on_task=show,
             )
         )  # fmt: skip

@@ -63,16 +63,20 @@ class EvalSettings(msgspec.Struct, kw_only=True):
         return family.max_turns if family else DEFAULT_MAX_TURNS
 
     def select(self, tasks: list[Task]) -> list[Task]:
-        """The tasks evaluated: the first `per_family` of each family, then the first `limit`."""
-        if self.per_family is not None:
-            seen: Counter[str] = Counter()
-            chosen = []
-            for task in tasks:
-                seen[task.metadata.family] += 1
-                if seen[task.metadata.family] <= self.per_family:
-                    chosen.append(task)
-            tasks = chosen
-        return tasks[: self.limit]
+        return select_tasks(tasks, self.per_family, self.limit)
+
+
+def select_tasks(tasks: list[Task], per_family: int | None, limit: int | None) -> list[Task]:
+    """The tasks evaluated: the first `per_family` of each family, then the first `limit`."""
+    if per_family is not None:
+        seen: Counter[str] = Counter()
+        chosen = []
+        for task in tasks:
+            seen[task.metadata.family] += 1
+            if seen[task.metadata.family] <= per_family:
+                chosen.append(task)
+        tasks = chosen
+    return tasks[:limit]
 
 
 class Attempt(msgspec.Struct, kw_only=True):

@@ -45,7 +45,7 @@ from agent.policy import CONTEXT_FULL, Message, PolicyError, load_policy
 from agent.render import stop_sequences
 from agent.tools import ALL_TOOLS
 from training.env.pool import EnvPool
-from training.eval.run import check_runnable
+from training.eval.run import check_runnable, select_tasks
 from training.eval.stats import bootstrap_ci
 from training.tasks.demos import expert_episode
 from training.tasks.taskset import Task, TaskError, load_tasks
@@ -133,6 +133,7 @@ async def probe_turns(
     *,
     workers: int = 1,
     limit: int | None = None,
+    per_family: int | None = None,
     max_tokens: int | None = None,
     temperature: float | None = None,
     seed: int = 0,
@@ -141,12 +142,12 @@ async def probe_turns(
     on_task: Callable[[str, list[TurnScore], int, int], None] | None = None,
 ) -> list[TurnScore]:
     """Score `policy_spec` at the assistant turns of the expert's run of each task
-    (the first `limit`; `turns`: all, "edit", or indices like "0,2"), `attempts`
+    (the first `per_family` of each family, then the first `limit`; `turns`: all, "edit", or indices like "0,2"), `attempts`
     samples each, `workers` generations at a time. `on_task(task_id, scores, done,
     total)` hears of each task as its turns are scored."""
     wanted = parse_turns(turns)
     taskset = Path(taskset)
-    tasks = load_tasks(taskset)[:limit]
+    tasks = select_tasks(load_tasks(taskset), per_family, limit)
     if not tasks:
         raise TaskError(f"{taskset} holds no task")
     if any(not t.metadata.sites for t in tasks):
