@@ -320,6 +320,8 @@ class RLRun:
         return {
             "sampling_kept": len(kept),
             "sampling_dropped": len(dropped),
+            # every rollout this step ran to the end, dropped groups' too (rollouts per hour)
+            "rollouts_run": sum(len(g.results) for g in kept + dropped),
             "dropped_share": round(len(dropped) / done, 4) if done else 0.0,
             "groups_launched": launches,
             "hint_level": self.hints.level(step - 1, self.config.steps),
