@@ -210,6 +210,9 @@ def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
             rollout_timeout_s=60.0, inference_batch=8, envs_per_worker=4,
             workdir=str(root / "envs"), steps=options.steps, save_every=0, lr=1e-4,
             micro_batch=2, seed=options.seed, trainer_threads=1,
+            # every group trains, as in the runs RESULTS compares against: dropping coin
+            # groups whose runs agree would add refills to one mode's steps by chance
+            dynamic_sampling=False,
         )  # fmt: skip
         ray.init(
             num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False,
