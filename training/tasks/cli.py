@@ -282,6 +282,7 @@ def check_task_runs(directory: Path, task) -> Verdict:
     from agent.sandbox import SandboxConfig
     from training.env.testrun import run_tests_in
     from training.tasks.families import fixed_files
+    from training.tasks.mutate import MutationError
     from training.tasks.taskset import task_repo_dir, task_test_command
 
     started = time.monotonic()
@@ -306,7 +307,12 @@ def check_task_runs(directory: Path, task) -> Verdict:
         work = Path(tmp) / "repo"
         shutil.copytree(repo, work)
         # Fixed: the snapshot with every site undone (a finished rename, for one).
-        for rel, text in fixed_files(task.files, task.metadata.sites).items():
+        try:
+            fixed = fixed_files(task.files, task.metadata.sites)
+        except MutationError as exc:
+            problems.append(f"its fix sites do not match its files ({exc})")
+            fixed = {}  # judged against the snapshot, so the test runs still say more
+        for rel, text in fixed.items():
             (work / rel).write_text(text, encoding="utf-8")
         clean = run_tests_in(work, command, timeout_s=task.timeout_s, config=config)
         if clean.timed_out:
