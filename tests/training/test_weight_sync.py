@@ -12,6 +12,10 @@ import torch
 from tests.model.test_model import make_model
 from training.rl.inference import pack_weights, unpack_weights
 
+# What crosses the object store is the subject, not the kernels: the torch path, so a
+# Triton interpreter left in a bad state by an earlier test cannot decide this one.
+pytestmark = pytest.mark.usefixtures("torch_path")
+
 
 def test_torch_cannot_pickle_float8_so_the_sync_packs_it():
     with pytest.raises(AttributeError, match="dtype"):
