@@ -144,13 +144,7 @@ def test_the_warm_up_part_in_the_repository_is_whole_and_on_the_same_base() -> N
     """model/weights/tachy-smollm2-warmup (issue 18's SFT, RL's init): its bytes match
     its record, it upcycles the same base the same way as the bundled part, and it holds
     rank-16 deltas on every attention projection (checked without assembling it)."""
-    warm = PROJECT / "model" / "weights" / "tachy-smollm2-warmup"
-    record, bundled = read_record(warm), read_record(bundled_checkpoint())
-    weights = warm / "part.safetensors"
-    assert weights.stat().st_size == record["size"] <= 30 * 2**20
-    assert sha256_file(weights) == record["sha256"]
-    assert record["base"] == bundled["base"] and record["upcycle"] == bundled["upcycle"]
-    layers = sum(n.endswith(".mlp.gate.weight") for n in bundled["tensors"])
+    record, layers = _whole_part_on_the_bundled_base("tachy-smollm2-warmup")
     deltas = [n for n in record["tensors"] if n.endswith("_proj.weight.lora_a")]
     assert len(deltas) == 4 * layers  # q, k, v, o in every layer
     assert {record["tensors"][n][1][0] for n in deltas} == {16}
@@ -161,15 +155,21 @@ def test_the_family_warm_up_part_is_whole_and_has_experts_of_their_own() -> None
     trained further from the warm-up above): its bytes match its record, the warm-up's
     attention deltas with rank 16 more appended, and adapters of rank 8 for the 8
     experts of every MoE layer (checked without assembling it)."""
-    part = PROJECT / "model" / "weights" / "tachy-smollm2-families"
-    record, bundled = read_record(part), read_record(bundled_checkpoint())
-    weights = part / "part.safetensors"
-    assert weights.stat().st_size == record["size"] <= 30 * 2**20
-    assert sha256_file(weights) == record["sha256"]
-    assert record["base"] == bundled["base"] and record["upcycle"] == bundled["upcycle"]
-    layers = sum(n.endswith(".mlp.gate.weight") for n in bundled["tensors"])
+    record, layers = _whole_part_on_the_bundled_base("tachy-smollm2-families")
     deltas = [n for n in record["tensors"] if n.endswith("_proj.weight.lora_a")]
     assert {record["tensors"][n][1][0] for n in deltas} == {32}
     adapters = [n for n in record["tensors"] if n.endswith(".mlp.adapter_a")]
     assert len(adapters) == layers
     assert {tuple(record["tensors"][n][1]) for n in adapters} == {(8, 8, 576)}
+
+
+def _whole_part_on_the_bundled_base(name: str) -> tuple[dict, int]:
+    """(record, MoE layers) of model/weights/NAME, after checking its bytes match its
+    record (at most 30 MB) and it upcycles the bundled part's base the same way."""
+    part = PROJECT / "model" / "weights" / name
+    record, bundled = read_record(part), read_record(bundled_checkpoint())
+    weights = part / "part.safetensors"
+    assert weights.stat().st_size == record["size"] <= 30 * 2**20
+    assert sha256_file(weights) == record["sha256"]
+    assert record["base"] == bundled["base"] and record["upcycle"] == bundled["upcycle"]
+    return record, sum(n.endswith(".mlp.gate.weight") for n in bundled["tensors"])
