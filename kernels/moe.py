@@ -288,7 +288,50 @@ def _values(w: MxWeight) -> Tensor:
         return w
     if torch.compiler.is_compiling():
         return mx_torch.dequantize(*w)
-    return dequantized_weights(*w, dtype=torch.bfloat16)
+    # One expert (shared_expert) is cached in fp32: a tenth of the memory of all eight
+    # in bf16, and no per-call conversion of megabytes of weights.
+    dtype = torch.float32 if w[0].shape[0] == 1 else torch.bfloat16
+    return dequantized_weights(*w, dtype=dtype)
+
+
+# ------------------------------------------------------------------- shared frozen experts
+
+# Experts upcycled from one dense MLP are identical copies, and while they are frozen
+# (pre-quantized MX weights: sampling, and training that leaves them be, such as the
+# experts' low-rank adapters of model.MoE) they stay so. Then
+#     sum_j w[t, j] * E_(e_j)(x[t]) = (sum_j w[t, j]) * E_0(x[t]),
+# so each token needs one expert pass, not top-k: half the expert work at top-2, with
+# the same MXFP8 weights in the same kernels, and the router's gradient through the
+# weights' sum unchanged. Whether the copies are identical is checked once per weight
+# tensor (stamped with the tensors' versions, so an in-place change is seen).
+_SHARED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def shared_expert(w_gate_up: MxWeight, w_down: MxWeight) -> tuple[MxWeight, MxWeight] | None:
+    """Expert 0's pre-quantized weights as a one-expert layer ([1, ...] views, the same
+    objects call after call so the caches above keep them) when every expert's MX
+    weights are bit-identical; None otherwise, and for full-precision weights (which
+    may be trained apart) or inside a compiled graph (which cannot read this cache)."""
+    if not (isinstance(w_gate_up, tuple) and isinstance(w_down, tuple)):
+        return None
+    if torch.compiler.is_compiling() or w_gate_up[0].shape[0] == 1:
+        return None
+    tensors = (*w_gate_up, *w_down)
+    stamp = tuple((t.data_ptr(), t._version) for t in tensors)
+    hit = _SHARED.get(w_gate_up[0])
+    if hit is not None and hit[0] == stamp:
+        return hit[1]
+
+    def same(t: Tensor) -> bool:  # every expert's bytes equal expert 0's
+        b = t.view(torch.uint8)
+        return bool((b == b[:1]).all())
+
+    shared = None
+    if all(same(t) for t in tensors):
+        gq, gs, dq, ds = (t[:1] for t in tensors)
+        shared = ((gq, gs), (dq, ds))
+    _SHARED[w_gate_up[0]] = (stamp, shared)
+    return shared
 
 
 # ------------------------------------------------------------------- dispatch (the one place)
@@ -420,6 +463,11 @@ def moe_ffn(
     # Clear errors for bad arguments (the MX block only matters where something is MX).
     mx = quantize or isinstance(w_gate_up, tuple) or isinstance(w_down, tuple)
     reference.moe_shapes(x, topk_weights, topk_ids, w_gate_up, w_down, mx=mx)
+    shared = shared_expert(w_gate_up, w_down)
+    if shared is not None:  # identical frozen experts: one pass per token (above)
+        w_gate_up, w_down = shared
+        topk_weights = topk_weights.sum(-1, keepdim=True)  # [T, 1]
+        topk_ids = torch.zeros_like(topk_ids[:, :1])
     pre_quantized = isinstance(w_gate_up, tuple)
     sampling = pre_quantized and not torch.is_grad_enabled() and not use_triton(x)
     if not quantize or sampling:

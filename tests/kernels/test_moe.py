@@ -320,3 +320,59 @@ def test_the_fp32_workspace_serves_inference_mode_and_plain_calls(torch_path) ->
     with torch.no_grad():
         b = torch_experts(x, w, e, w_gu, w_d, mx_activations=False, strategy="loop")
     assert torch.equal(a, b)
+
+
+def copies(p: dict[str, torch.Tensor]) -> dict:
+    """The problem with every expert a copy of expert 0, pre-quantized (upcycled,
+    frozen experts)."""
+    E = p["w_gate_up"].shape[0]
+    return {
+        **p,
+        "w_gate_up": reference.mx_quantize(p["w_gate_up"][:1].repeat(E, 1, 1), -1),
+        "w_down": reference.mx_quantize(p["w_down"][:1].repeat(E, 1, 1), -1),
+    }
+
+
+@pytest.mark.parametrize("path", ["torch", "triton"])
+def test_identical_frozen_experts_run_once_per_token(path, request) -> None:
+    """Copies of one expert: one pass per token, weighted by the routing weights' sum,
+    gives the top-k computation's output (to fp32 rounding) and gradients for x and the
+    router as close to the unquantized layer's as the top-k pass gives (the MXFP8
+    backward rounds the sum-weighted gradient instead of each weighted one)."""
+    if path == "triton":
+        request.getfixturevalue("triton_device")
+    p = copies(problem(40, 2, 4, 64, 96, seed=21))
+    shared = moe.shared_expert(p["w_gate_up"], p["w_down"])
+    assert shared is not None and shared[0][0].shape[0] == 1
+    assert moe.shared_expert(p["w_gate_up"], p["w_down"]) is shared  # checked once
+    dy = torch.randn(40, 64)
+    values = {k: reference.mx_dequantize(*p[k], -1) for k in ("w_gate_up", "w_down")}
+
+    def grads(fn, weights, **kw):
+        x = p["x"].clone().requires_grad_()
+        tw = p["topk_weights"].clone().requires_grad_()
+        y = fn(x, tw, p["topk_ids"], weights["w_gate_up"], weights["w_down"], **kw)
+        y.backward(dy)
+        return y.detach(), x.grad, tw.grad
+
+    y, dx, dtw = grads(moe_ffn, p)
+    y_ref, dx_ref, dtw_ref = grads(reference.moe_ffn, p)  # top-k passes
+    _, dx_fp32, dtw_fp32 = grads(reference.moe_ffn, values, quantize=False)
+    assert rel(y, y_ref) < 1e-5
+    assert rel(dx, dx_fp32) < 1.5 * rel(dx_ref, dx_fp32) + 1e-3
+    assert rel(dtw, dtw_fp32) < 1.5 * rel(dtw_ref, dtw_fp32) + 1e-3
+    with torch.no_grad():  # the sampler's path gives the training path's forward
+        y_sampled = moe_ffn(p["x"], p["topk_weights"], p["topk_ids"], p["w_gate_up"], p["w_down"])
+    assert rel(y_sampled, y) < 1e-5
+
+
+def test_experts_that_differ_or_train_are_never_shared() -> None:
+    p = problem(8, 2, 4, 32, 32, seed=22)
+    same = copies(p)
+    assert moe.shared_expert(p["w_gate_up"], p["w_down"]) is None  # full precision: may train apart
+    different = {k: reference.mx_quantize(p[k], -1) for k in ("w_gate_up", "w_down")}
+    assert moe.shared_expert(different["w_gate_up"], different["w_down"]) is None
+    assert moe.shared_expert(same["w_gate_up"], same["w_down"]) is not None
+    q = same["w_down"][0]
+    q.view(torch.uint8)[1, 0, 0] ^= 1  # expert 1 changed in place: no longer a copy
+    assert moe.shared_expert(same["w_gate_up"], same["w_down"]) is None
