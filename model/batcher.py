@@ -4,12 +4,17 @@
     future = batcher.submit(prompt_ids, SamplingParams(max_new_tokens=256), on_token=show)
     generation = future.result()            # or: await asyncio.wrap_future(future)
 
-Each request waits in a queue; one worker thread takes up to engine.max_batch waiting
-requests per engine call, whatever their sampling settings (the engine takes one
-SamplingParams per prompt), so sessions that ask at the same time share every decode
-step, and each keeps its rows of the prefix cache between turns. A request that arrives
-while a call runs waits for the next one. A request cancelled before its call begins
-resolves to None; one cancelled during it stops at the next token.
+Each request waits in a queue; one worker thread starts an engine run (Engine.run,
+continuous batching) with up to engine.max_batch waiting requests, whatever their
+sampling settings (the engine takes one SamplingParams per prompt), so sessions that ask
+at the same time share every decode step, and each keeps its rows of the prefix cache
+between turns. Each request resolves the moment its own generation ends, and one that
+arrives while a run goes on joins it as soon as a row is free: an agent whose turn
+ended runs its tools and asks again while the others still decode, instead of the
+whole batch waiting for its longest row. A queued `call` (new weights) stops new
+requests from joining, so it runs as soon as the run's rows are done. A request
+cancelled before it starts resolves to None; one cancelled during it stops at the next
+token.
 
 `tachy model serve`, the `local:` policy and the RL inference actors all go through it.
 
@@ -29,7 +34,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from model.generate import Engine, Generation, SamplingParams
+from model.generate import Engine, Job, SamplingParams
 
 OnToken = Callable[[int, int, str], None]  # (row, token id, new text); row is always 0
 
@@ -55,6 +60,7 @@ class Batcher:
         self.calls = 0  # engine calls made,
         self.rows = 0  # the requests they served,
         self.busy_s = 0.0  # and the seconds they took
+        self._running: list[_Request] = []  # the requests of the engine run going on
         if hasattr(engine, "generate"):
             self.engine = engine
             self._loaded.set_result(engine)
@@ -133,11 +139,7 @@ class Batcher:
                 fn, future = self._queue.pop(0)
                 batch = None
             else:
-                batch = []
-                while self._queue and len(batch) < self.engine.max_batch:
-                    if isinstance(self._queue[0], tuple):
-                        break
-                    batch.append(self._queue.pop(0))
+                batch = self._take(self.engine.max_batch)
         if batch is None:
             if future.set_running_or_notify_cancel():
                 try:
@@ -145,14 +147,46 @@ class Batcher:
                 except BaseException as exc:
                     future.set_exception(exc)
             return []
+        return self._started(batch)
+
+    def _take(self, n: int) -> list[_Request]:
+        """Up to n requests from the front of the queue, stopping at a call (hold the
+        lock)."""
+        taken: list[_Request] = []
+        while self._queue and len(taken) < n and not isinstance(self._queue[0], tuple):
+            taken.append(self._queue.pop(0))  # type: ignore[arg-type]
+        return taken
+
+    @staticmethod
+    def _started(requests: list[_Request]) -> list[_Request]:
+        """The requests still wanted, marked running; the cancelled ones resolve to None."""
         live = []
-        for request in batch:
+        for request in requests:
             if request.cancel.is_set() or not request.future.set_running_or_notify_cancel():
                 if not request.future.done():
                     request.future.set_result(None)
             else:
                 live.append(request)
         return live
+
+    def _more(self, n: int) -> list[Job]:
+        """Requests that join the engine run going on (Engine.run asks when rows are free)."""
+        with self._ready:
+            taken = [] if self._closed else self._take(n)
+        return [self._job(r) for r in self._started(taken)]
+
+    def _job(self, request: _Request) -> Job:
+        self.rows += 1
+        self._running.append(request)
+        report = request.on_token
+        return Job(
+            request.prompt,
+            request.params,
+            done=request.future.set_result,
+            fail=request.future.set_exception,
+            on_token=None if report is None else lambda token, text: report(0, token, text),
+            cancel=request.cancel,
+        )
 
     def _serve(self, make: Callable[[], Engine] | None) -> None:
         if make is not None:
@@ -169,26 +203,14 @@ class Batcher:
                 self._run(batch)
 
     def _run(self, batch: list[_Request]) -> None:
-        def on_token(row: int, token: int, text: str) -> None:
-            callback = batch[row].on_token
-            if callback is not None:
-                callback(0, token, text)
-
         started = time.perf_counter()
+        self._running: list[_Request] = []
         try:
-            generations: list[Generation] = self.engine.generate(
-                [r.prompt for r in batch],
-                [r.params for r in batch],
-                on_token=on_token,
-                cancel=[r.cancel for r in batch],
-            )
-        except BaseException as exc:  # every waiting session gets the error
-            for request in batch:
-                request.future.set_exception(exc)
-            return
+            self.engine.run([self._job(r) for r in batch], self._more)
+        except BaseException as exc:  # every session not yet answered gets the error
+            for request in self._running:
+                if not request.future.done():
+                    request.future.set_exception(exc)
         finally:
             self.calls += 1
-            self.rows += len(batch)
             self.busy_s += time.perf_counter() - started
-        for request, generation in zip(batch, generations, strict=True):
-            request.future.set_result(generation)

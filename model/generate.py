@@ -41,6 +41,14 @@ which rewrites the same cache slot) until every row is done.
 `params` is one SamplingParams for every prompt or one per prompt (prompts of different
 sessions decode together whatever their settings).
 
+Continuous batching (`run`, what model.batcher uses): the same loop, but each job is
+handed its Generation the moment it is done, and a free row (or one the batch can still
+grow by) is offered to new jobs between decode steps. A joining job is prefilled alone
+into its own row (model.CacheRows) from the longest prefix any row holds, while the
+other rows keep their cache rows and positions; what its row held before, a finished
+session's last turn, is first moved to a row outside the batch when one is free, so
+that session's next turn still finds it. Every token is the one a fresh engine gives.
+
 What RL needs comes back per token: `logprobs[t]` is the log-prob of token t under the
 distribution it was sampled from (temperature, then top-k, then top-p; for greedy
 decoding the plain log_softmax of the logits), and `experts[t]` the experts token t was
@@ -52,13 +60,14 @@ replays.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 from torch import Tensor
 
-from model.model import Model
+from model.model import CacheRows, Model
 from model.tokenizer import IncrementalDecoder, Tokenizer
 
 
@@ -154,11 +163,64 @@ class _Row:
         self.text = ""  # decoded text of the non-stop-id tokens, uncut
         self.emitted = 0  # characters of `text` handed to on_token
         self.finish: str | None = None
+        self.placed = False  # its prompt is in its cache row
 
     @property
     def last_position(self) -> int:
         """The position of the last generated token (where it is fed)."""
         return self.prompt_len + len(self.ids) - 1
+
+
+@dataclass
+class Job:
+    """A prompt for Engine.run: on_token(token id, new text) as it comes, then its
+    Generation to done(), or what went wrong to fail()."""
+
+    prompt: list[int]
+    params: SamplingParams
+    done: Callable[[Generation], None]
+    fail: Callable[[BaseException], None]
+    on_token: Callable[[int, str], None] | None = None
+    cancel: threading.Event | None = None
+
+
+def _raised(exc: BaseException) -> None:
+    """generate()'s jobs fail by the error it raises."""
+
+
+class _Batch:
+    """The rows one engine run decodes: batch row i is cache row i; jobs[i] is None
+    once done (the row is free: re-fed, harmlessly, until a new job takes it)."""
+
+    def __init__(self, engine: Engine, jobs: list[Job]) -> None:
+        self.jobs: list[Job | None] = list(jobs)
+        self.prompts = [j.prompt for j in jobs]
+        self.params = [j.params for j in jobs]
+        self.rows = [_Row(engine, j.prompt, j.params) for j in jobs]
+        for r, j in zip(self.rows, jobs, strict=True):
+            if r.limit == 0 or j.params.max_new_tokens == 0:
+                r.finish = "length"
+            elif j.cancel is not None and j.cancel.is_set():
+                r.finish = "cancelled"
+        self.gens = engine._generators(self.params) if jobs else []
+        self.logits: Tensor | None = None  # [B, V]: the next token's, per row
+
+    def live(self) -> Iterator[tuple[_Row, Job | None]]:
+        return zip(self.rows, self.jobs, strict=True)
+
+    def clear(self) -> None:
+        self.__init__(None, [])  # type: ignore[arg-type]
+
+    def grow(self) -> None:
+        """One more row (filled by set)."""
+        for column in (self.jobs, self.prompts, self.params, self.rows, self.gens):
+            column.append(None)
+        if self.logits is not None:
+            self.logits = torch.cat([self.logits, self.logits[-1:]])
+
+    def set(self, i: int, job: Job, row: _Row, gen: torch.Generator | None) -> None:
+        self.jobs[i], self.prompts[i], self.params[i] = job, job.prompt, job.params
+        self.rows[i], self.gens[i] = row, gen
 
 
 class Engine:
@@ -275,46 +337,167 @@ class Engine:
         each = params if isinstance(params, list) else [params] * len(prompts)
         self._check(prompts, each)
         cancels = cancel if isinstance(cancel, list) else [cancel] * len(prompts)
+        out: list[Generation] = [None] * len(prompts)  # type: ignore[list-item]
+
+        def job(i: int) -> Job:
+            def done(g: Generation) -> None:
+                out[i] = g
+
+            report = None if on_token is None else partial(on_token, i)
+            return Job(prompts[i], each[i], done, _raised, report, cancels[i])
+
         with self._lock:
-            return self._generate(prompts, each, on_token, cancels)
+            self._loop([job(i) for i in range(len(prompts))], None)
+        return out
 
-    def _generate(self, prompts, params, on_token, cancels) -> list[Generation]:
-        rows = [_Row(self, p, q) for p, q in zip(prompts, params, strict=True)]
-        for r, c in zip(rows, cancels, strict=True):
-            if r.limit == 0 or r.params.max_new_tokens == 0:
-                r.finish = "length"
-            elif c is not None and c.is_set():
-                r.finish = "cancelled"
-        if all(r.finish is not None for r in rows):
-            return [self._result(r) for r in rows]
-        gens = self._generators(params)
-        logits = self._prefill(prompts, rows)  # [B, V]
+    @torch.inference_mode()
+    def run(self, jobs: list[Job], more: Callable[[int], list[Job]] | None = None) -> None:
+        """Continuous batching: decode `jobs` (at most max_batch) together and hand each
+        its Generation (job.done) the moment it is finished, so its caller can go on
+        (run its tools) while the others decode. Whenever a row is free, or the batch is
+        below max_batch, `more(n)` is asked for up to n new jobs, which join the batch
+        at once, mid-run (each prefilled alone into its row, reusing what the cache
+        holds). Returns when no job runs and `more` gives none. A job whose prompt is
+        bad fails alone (job.fail); an error of the engine fails every job not yet
+        done, then is raised."""
+        with self._lock:
+            self._loop(self._valid(jobs), more)
+
+    def _valid(self, jobs: list[Job]) -> list[Job]:
+        """The jobs whose prompt and settings this engine takes; the others fail."""
+        good = []
+        for j in jobs:
+            try:
+                self._check([j.prompt], [j.params])
+            except ValueError as exc:
+                j.fail(exc)
+            else:
+                good.append(j)
+        return good
+
+    def _loop(self, jobs: list[Job], more: Callable[[int], list[Job]] | None) -> None:
+        batch = _Batch(self, jobs)
+        try:
+            self._decode_batch(batch, more)
+        except BaseException as exc:
+            for j in batch.jobs:
+                if j is not None:
+                    j.fail(exc)
+            raise
+
+    def _decode_batch(self, b: _Batch, more: Callable[[int], list[Job]] | None) -> None:
         dev = self.device
-
+        if any(r.finish is None for r in b.rows):
+            b.logits = self._prefill(b.prompts, b.rows)  # [B, V]
+        else:  # nothing to generate: done without touching the cache
+            for r, j in b.live():
+                j.done(self._result(r))
+            b.clear()
         while True:
-            tokens, logprobs = self._sample(logits, params, gens)
-            for i, r in enumerate(rows):
-                if r.finish is None:
-                    cancelled = cancels[i] is not None and cancels[i].is_set()
-                    self._accept(i, r, tokens[i], logprobs[i], on_token, cancelled)
-            # feed every row's last token at its own position (finished rows re-feed theirs;
-            # a row that generated nothing re-feeds its last prompt token)
-            last = [r.ids[-1] if r.ids else p[-1] for r, p in zip(rows, prompts, strict=True)]
-            last = torch.tensor(last, device=dev)[:, None]  # [B, 1]
-            pos = torch.tensor([r.last_position for r in rows], device=dev)[:, None]  # [B, 1]
-            pending = [len(r.experts) < len(r.ids) for r in rows]
-            if not any(pending):
-                break
-            logits, routing = self._decode(last, pos, max(r.last_position for r in rows) + 1)
-            routing = routing.to(torch.int16).cpu()  # [moe_layers, B, k]
-            for i, r in enumerate(rows):
-                if pending[i]:
-                    r.experts.append(routing[:, i])
-            if all(r.finish is not None for r in rows):
-                break
-        for i, (p, r) in enumerate(zip(prompts, rows, strict=True)):
-            self.held[i] = p + r.ids[: len(r.experts)]  # every fed token is in the cache
-        return [self._result(r) for r in rows]
+            if b.logits is not None:
+                tokens, logprobs = self._sample(b.logits, b.params, b.gens)
+                for i, (r, j) in enumerate(zip(b.rows, b.jobs, strict=True)):
+                    if j is not None and r.finish is None:
+                        cancelled = j.cancel is not None and j.cancel.is_set()
+                        self._accept(r, tokens[i], logprobs[i], j.on_token, cancelled)
+            # feed every row's last token at its own position (finished and free rows
+            # re-feed theirs; a row that generated nothing re-feeds its last prompt token)
+            pending = [j is not None and len(r.experts) < len(r.ids) for r, j in b.live()]
+            if any(pending):
+                last = [
+                    r.ids[-1] if r.ids else p[-1] for r, p in zip(b.rows, b.prompts, strict=True)
+                ]
+                last = torch.tensor(last, device=dev)[:, None]  # [B, 1]
+                pos = torch.tensor([r.last_position for r in b.rows], device=dev)[:, None]
+                b.logits, routing = self._decode(last, pos, int(pos.max()) + 1)
+                routing = routing.to(torch.int16).cpu()  # [moe_layers, B, k]
+                for i, r in enumerate(b.rows):
+                    if pending[i]:
+                        r.experts.append(routing[:, i])
+            for i, (r, j) in enumerate(b.live()):  # done: every sampled token fed
+                if j is not None and r.finish is not None and len(r.experts) == len(r.ids):
+                    if r.placed:
+                        self.held[i] = b.prompts[i] + r.ids  # what the cache row holds
+                    b.jobs[i] = None
+                    j.done(self._result(r))
+            if more is not None:
+                self._admit(b, more)
+            if all(j is None for j in b.jobs):
+                return
+
+    # ------------------------------------------------------------ joining mid-run
+    def _admit(self, b: _Batch, more: Callable[[int], list[Job]]) -> None:
+        """Fill free rows (and grow the batch to max_batch) with the jobs `more` gives."""
+        free = [i for i, j in enumerate(b.jobs) if j is None]
+        room = len(free) + self.max_batch - len(b.rows)
+        new = self._valid(more(room)) if room > 0 else []
+        for job in new:
+            slot = self._slot(b, job.prompt, free)
+            if slot == len(b.rows):  # the batch grows by one row
+                b.grow()
+            else:
+                free.remove(slot)
+            row = _Row(self, job.prompt, job.params)
+            if row.limit == 0 or job.params.max_new_tokens == 0:
+                row.finish = "length"
+            b.set(slot, job, row, self._generators([job.params])[0])
+            logits = self._join(b, slot, job.prompt, row)  # [V]
+            if b.logits is None:
+                b.logits = logits[None].repeat(len(b.rows), 1)
+            else:
+                b.logits[slot] = logits
+
+    def _slot(self, b: _Batch, prompt: list[int], free: list[int]) -> int:
+        """The free row for a joining prompt: the one it continues (its session's last
+        turn), else the least recently used; or a new row if the batch has room."""
+        grow = [len(b.rows)] if len(b.rows) < self.max_batch else []
+        choices = free + grow
+        contents = [self.held[i] for i in choices]
+        reuse = [common_prefix(prompt, h) if h else 0 for h in contents]
+        best = max(range(len(choices)), key=lambda k: reuse[k])
+        if reuse[best] >= len(contents[best]) - 1 and reuse[best] > 0:
+            return choices[best]
+        return min(choices, key=lambda i: self._used[i])
+
+    def _join(self, b: _Batch, slot: int, prompt: list[int], row: _Row) -> Tensor:
+        """Prefill `prompt` into cache row `slot` while the batch's other rows keep
+        theirs: the longest prefix any row holds is reused (copied if another row holds
+        it); what `slot` held before is first moved to a row outside the batch, if one
+        is free, so the session it belongs to finds it on its next turn. Returns the
+        next-token logits [V]."""
+        self._clock += 1
+        contents = list(self.held)  # what each cache row holds now
+        for i, r in enumerate(b.rows):
+            if i != slot and r is not None and r.placed:
+                contents[i] = b.prompts[i] + r.ids[: len(r.experts)]
+        reuse = [min(common_prefix(prompt, h), len(prompt) - 1) for h in contents]
+        src = max(range(len(contents)), key=lambda i: (reuse[i], i == slot))
+        c = reuse[src]
+        own = self.held[slot]
+        continued = src == slot and c >= len(own) - 1
+        if own and not continued:
+            spare = [i for i in range(len(b.rows), len(self.held)) if i != src]
+            if spare:
+                park = min(spare, key=lambda i: self._used[i])
+                self.cache.copy_rows([slot], [park], len(own))
+                self.held[park], self._used[park] = own, self._used[slot]
+                contents[park] = own
+        if src != slot and c > 0:
+            self.cache.copy_rows([src], [slot], c)
+        self.held[slot] = prompt[:c]
+        self._used[slot] = self._clock
+        row.cached = c
+        self.prompt_tokens += len(prompt)
+        self.cached_tokens += c
+        dev = self.device
+        ids = torch.tensor(prompt[c:], dtype=torch.long, device=dev)[None]  # [1, L]
+        positions = torch.arange(c, len(prompt), device=dev)[None]
+        logits = self.model(
+            ids, positions, CacheRows(self.cache, [slot]), cache_len=len(prompt),
+            logits_at=torch.tensor([len(prompt) - c - 1], device=dev),
+        )  # fmt: skip
+        row.placed = True
+        return logits[0, 0]
 
     # ------------------------------------------------------------- prefix cache
     def _prefill(self, prompts: list[list[int]], rows: list[_Row]) -> Tensor:
@@ -324,7 +507,7 @@ class Engine:
         starts = self._place(prompts)
         starts = self._share_batch_prefix(prompts, starts)
         for r, c in zip(rows, starts, strict=True):
-            r.cached = c
+            r.cached, r.placed = c, True
         self.prompt_tokens += sum(map(len, prompts))
         self.cached_tokens += sum(starts)
         L = max(len(p) - c for p, c in zip(prompts, starts, strict=True))  # >= 1
@@ -472,7 +655,7 @@ class Engine:
         chosen = logp.gather(-1, tokens[:, None])[:, 0]
         return tokens.tolist(), chosen.tolist()
 
-    def _accept(self, i, r: _Row, token, logprob, on_token, cancelled) -> None:
+    def _accept(self, r: _Row, token, logprob, on_token, cancelled) -> None:
         """Append one sampled token to row `r`, decide whether it ends the row, and hand the
         text it completes to on_token (holding back what may begin a stop string)."""
         r.ids.append(token)
@@ -495,7 +678,7 @@ class Engine:
         delta = r.text[r.emitted : end] if end > r.emitted else ""
         r.emitted = max(r.emitted, end)
         if on_token is not None:
-            on_token(i, token, delta)
+            on_token(token, delta)
 
     def _result(self, r: _Row) -> Generation:
         k = self.model.config.num_experts_per_tok

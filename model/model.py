@@ -168,6 +168,34 @@ class PrefixKV:
         return torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)
 
 
+class CacheRows:
+    """Some rows of a KVCache seen as a batch: batch row b is cache row rows[b]. The
+    engine prefills a prompt that joins a decode batch mid-run through it, into the row
+    it was given, while the other rows keep their place."""
+
+    def __init__(self, cache: KVCache, rows: list[int]) -> None:
+        self.cache = cache
+        self.rows = torch.tensor(rows, device=cache.k.device)  # [B]
+
+    @property
+    def batch(self) -> int:
+        return len(self.rows)
+
+    @property
+    def max_seq(self) -> int:
+        return self.cache.max_seq
+
+    def update(
+        self, layer: int, positions: Tensor, k: Tensor, v: Tensor, length: int
+    ) -> tuple[Tensor, Tensor]:
+        at = (layer, self.rows[:, None], slice(None), positions)  # indexed view [B, L, KV, hd]
+        self.cache.k[at] = k.transpose(1, 2).to(self.cache.k.dtype)
+        self.cache.v[at] = v.transpose(1, 2).to(self.cache.v.dtype)
+        return self.cache.k[layer, self.rows, :, :length], self.cache.v[
+            layer, self.rows, :, :length
+        ]
+
+
 @torch.no_grad()
 def prefix_kv(model: nn.Module, ids: Tensor) -> PrefixKV:
     """The K/V of `ids` [P] through `model` (a Model, or anything that forwards like

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from model.batcher import Batcher
-from model.generate import Engine, SamplingParams, common_prefix
+from model.generate import Engine, Job, SamplingParams, common_prefix
 from model.tokenizer import train_bpe
 from tests.model.test_generate import CORPUS, make_model
 
@@ -161,37 +161,85 @@ def test_per_prompt_cancel_and_limits(model, tokenizer) -> None:
         Engine(model, tokenizer, max_batch=2, cache_slots=1)
 
 
-def test_the_batcher_decodes_waiting_sessions_together(model, tokenizer) -> None:
+def test_the_batcher_lets_waiting_sessions_join_a_running_batch(model, tokenizer) -> None:
+    """Continuous batching: sessions that ask while a long generation runs join its
+    engine run at once (free rows) and are done long before it, each generating what
+    it would alone; a session cancelled while queued never runs."""
     engine = Engine(model, tokenizer, max_batch=4, max_seq=256)
     engine.stop_ids = frozenset()
-    calls = []
-    generate = engine.generate
+    runs, joined, finished = [], [], []
+    run = engine.run
 
-    def recording(prompts, params, **kw):
-        calls.append(len(prompts))
-        return generate(prompts, params, **kw)
+    def recording(jobs, more=None):
+        runs.append(len(jobs))
 
-    engine.generate = recording
+        def counting(n):
+            got = more(n)
+            joined.extend(got)
+            return got
+
+        return run(jobs, counting)
+
+    engine.run = recording
     batcher = Batcher(engine)
     started = threading.Event()
     busy = batcher.submit(ids(5, 1), SamplingParams(max_new_tokens=150),
                           on_token=lambda *_: started.set())  # fmt: skip
+    busy.add_done_callback(lambda _: finished.append("busy"))
     assert started.wait(30)
     prompts = [SYSTEM + ids(4, 30 + i) for i in range(3)]
     settings = [SamplingParams(max_new_tokens=4 + i) for i in range(3)]
-    waiting = [batcher.submit(p, s) for p, s in zip(prompts, settings, strict=True)]
     gone = threading.Event()
     gone.set()
     dropped = batcher.submit(ids(4, 9), GREEDY, cancel=gone)
+    waiting = [batcher.submit(p, s) for p, s in zip(prompts, settings, strict=True)]
+    for i, f in enumerate(waiting):
+        f.add_done_callback(lambda _, i=i: finished.append(i))
     results = [f.result(timeout=60) for f in waiting]
     assert busy.result(timeout=60).finish_reason == "length"
     assert dropped.result(timeout=60) is None  # cancelled while queued: never run
-    assert calls == [1, 3]  # the three waiting sessions shared one engine call
+    assert runs == [1] and len(joined) == 3  # one engine run; the three joined it
+    assert finished[-1] == "busy"  # each joiner was handed its result as it ended
     for gen, p, s in zip(results, prompts, settings, strict=True):
         same(gen, fresh(model, tokenizer, p, s))
     batcher.close()
     with pytest.raises(RuntimeError, match="closed"):
         batcher.submit([1], GREEDY)
+
+
+def test_a_joining_prompt_keeps_the_session_it_displaces(model, tokenizer) -> None:
+    """A job that joins mid-run takes a free row; what that row held (a finished
+    session's turn) moves to a row outside the batch, so the session's next turn is
+    still served from the cache, and every token is what a fresh engine gives."""
+    engine = Engine(model, tokenizer, max_batch=1, max_seq=256, cache_slots=3)
+    engine.stop_ids = frozenset()
+    first, other = SYSTEM + ids(20, 60), ids(30, 61)
+    out: dict[str, object] = {}
+    queue = [Job(other, GREEDY, lambda g: out.__setitem__("other", g), out.__setitem__)]
+
+    def more(n):
+        taken, queue[:] = queue[:n], queue[n:]
+        return taken
+
+    engine.run([Job(first, GREEDY, lambda g: out.__setitem__("first", g), print)], more)
+    same(out["first"], fresh(model, tokenizer, first))
+    same(out["other"], fresh(model, tokenizer, other))
+    assert out["other"].cached_tokens == 0
+    turn2 = first + out["first"].token_ids + ids(6, 62)
+    again = engine.generate([turn2], GREEDY)[0]
+    assert again.cached_tokens == len(first) + len(out["first"].token_ids)
+    same(again, fresh(model, tokenizer, turn2))
+
+
+def test_a_bad_job_fails_alone(model, tokenizer) -> None:
+    engine = Engine(model, tokenizer, max_batch=2, max_seq=64)
+    engine.stop_ids = frozenset()
+    out, errors = [], []
+    good = Job(ids(5, 70), GREEDY, out.append, errors.append)
+    long = Job(ids(80, 71), GREEDY, out.append, errors.append)  # longer than max_seq
+    engine.run([good, long])
+    assert len(out) == 1 and len(out[0].token_ids) == 12
+    assert len(errors) == 1 and "max_seq" in str(errors[0])
 
 
 def test_the_batcher_makes_its_engine_and_runs_calls_on_its_thread(model, tokenizer) -> None:

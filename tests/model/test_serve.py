@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -68,12 +69,22 @@ class Recorder:
     def __getattr__(self, name):
         return getattr(self.engine, name)
 
-    def generate(self, *args, **kw):
+    def run(self, jobs, more=None):
+        """The batcher's entry (Engine.run): record each job's Generation as it ends."""
         self.started.set()
-        out = self.engine.generate(*args, **kw)
-        self.results.extend(out)
+
+        def recorded(job):
+            def done(generation):
+                self.results.append(generation)
+                job.done(generation)
+
+            return dataclasses.replace(job, done=done)
+
+        def joining(n):
+            return [recorded(j) for j in more(n)] if more else []
+
+        self.engine.run([recorded(j) for j in jobs], joining)
         self.done.set()
-        return out
 
 
 @pytest.fixture(scope="module")
@@ -248,10 +259,12 @@ def test_disconnect_cancels_the_generation(model_server, stream) -> None:
     recorder.started.clear()
     before = len(recorder.results)
     _start_and_drop(model_server, stream)
-    # Once a no-op submitted after the request has been served (in the same engine call
-    # or the next), the request's generation is over. A client that left while its
-    # request was still queued (a busy machine) is never generated for, which is right too.
+    # Once a no-op submitted after the request has been served (joining the request's
+    # engine run, or in a later one) and that run has ended, the request's generation is
+    # over. A client that left while its request was still queued (a busy machine) is
+    # never generated for, which is right too.
     model_server.batcher.submit([1], SamplingParams(max_new_tokens=0)).result(timeout=60)
+    assert recorder.done.wait(60)
     noop = ("length", [])
     mine = [g for g in recorder.results[before:] if (g.finish_reason, g.token_ids) != noop]
     for gen in mine:
@@ -299,7 +312,7 @@ def test_engine_failure_is_a_500_with_its_message(model_server, monkeypatch) -> 
     def broken(*args, **kw):
         raise RuntimeError("the accelerator caught fire")
 
-    monkeypatch.setattr(model_server.engine, "generate", broken)
+    monkeypatch.setattr(model_server.engine, "run", broken)
     r = post(model_server, {"messages": [{"role": "user", "content": "x"}], "max_tokens": 3})
     assert r.status_code == 500 and "caught fire" in r.json()["error"]["message"]
     body = {"messages": [{"role": "user", "content": "x"}], "max_tokens": 3, "stream": True}
