@@ -152,12 +152,13 @@ def test_the_warm_up_part_in_the_repository_is_whole_and_on_the_same_base() -> N
 
 def test_the_family_warm_up_part_is_whole_and_has_experts_of_their_own() -> None:
     """model/weights/tachy-smollm2-families (issue 33: the warm-up on every task family,
-    trained further from the warm-up above): its bytes match its record, the warm-up's
-    attention deltas with rank 16 more appended, and adapters of rank 8 for the 8
-    experts of every MoE layer (checked without assembling it)."""
+    trained further from the warm-up above in two stages): its bytes match its record,
+    the warm-up's attention deltas with rank 16 and then rank 8 more appended, and
+    adapters of rank 8 for the 8 experts of every MoE layer (checked without
+    assembling it)."""
     record, layers = _whole_part_on_the_bundled_base("tachy-smollm2-families")
     deltas = [n for n in record["tensors"] if n.endswith("_proj.weight.lora_a")]
-    assert {record["tensors"][n][1][0] for n in deltas} == {32}
+    assert {record["tensors"][n][1][0] for n in deltas} == {40}
     adapters = [n for n in record["tensors"] if n.endswith(".mlp.adapter_a")]
     assert len(adapters) == layers
     assert {tuple(record["tensors"][n][1]) for n in adapters} == {(8, 8, 576)}
