@@ -209,7 +209,9 @@ class _Batch:
         return zip(self.rows, self.jobs, strict=True)
 
     def clear(self) -> None:
-        self.__init__(None, [])  # type: ignore[arg-type]
+        """No rows (in place: the run's error handler holds this object)."""
+        self.jobs, self.prompts, self.params, self.rows, self.gens = [], [], [], [], []
+        self.logits = None
 
     def grow(self) -> None:
         """One more row (filled by set)."""
