@@ -19,9 +19,15 @@ time a weight sync takes.
    shows how it grows with the model; and for tachy's model (the bundled part on the
    SmolLM2 base), the adapter trainer's sync (merged attention weights and small
    tensors) against shipping the whole sampling state (the anchor).
+3. tachy's model at work (issue 33): a few steps of the shipped RL configuration
+   (training/configs/rl-smollm2.toml: the warm-up part, the curriculum, hints, groups
+   without signal dropped and refilled) on tier-1 family tasks built here from two
+   synthetic projects. Figures: rollouts an hour, training included (every rollout
+   run, and those trained on), the trainer's idle fraction, and where a step's time
+   goes (sampling, tools, tests, training, weight sync).
 
-The model is initialised at random (what is measured is the machinery, not what the
-model learns); rewards come from a coin flip in the tests, so groups carry signal and
+In parts 1 and 2 the model is initialised at random (what is measured is the
+machinery, not what the model learns); rewards come from a coin flip in the tests, so groups carry signal and
 every step updates. Prints one JSON document (`--json`) or a table, and a one-line
 summary on stderr.
 """
@@ -29,6 +35,7 @@ summary on stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import resource
@@ -196,6 +203,55 @@ def weight_sync_part(repeats: int, rank: int = 16) -> dict[str, Any]:
     return out
 
 
+TACHY_CONFIG = Path(__file__).resolve().parents[1] / "training" / "configs" / "rl-smollm2.toml"
+TIER1 = "misspelled_name,missing_import,wrong_literal,wrong_keyword"
+# per step: what the step-time table shows (means over the step's rollouts for the
+# rollout_* columns, seconds of the whole step for the others)
+STEP_TIME = (
+    "step_s", "trainer_idle_s", "sampler_busy_s", "rollout_sample_s", "rollout_tools_s",
+    "rollout_test_s", "train_s", "weight_sync_s", "rollouts_run", "rollouts",
+)  # fmt: skip
+
+
+def tachy_steps(root: Path, steps: int, seed: int) -> dict[str, Any]:
+    """`steps` RL steps of tachy's model with the shipped configuration, on tier-1
+    family tasks of two synthetic projects, no held-out evaluation (not step time)."""
+    from server.cli import main as tachy
+
+    tasks = root / "families"
+    argv = ["tasks", "build", "--synthetic", "2", "--templates", "train", "--families", TIER1,
+            "--max-tasks", "1", "--seed", str(seed), "--out", str(tasks)]  # fmt: skip
+    if tachy(argv) != 0:
+        raise RuntimeError(f"tachy {' '.join(argv)} failed")
+    config = RLConfig.from_file(TACHY_CONFIG, tasks=str(tasks))
+    config = dataclasses.replace(
+        config, heldout_tasks=None, steps=steps, save_every=0, seed=seed,
+        workdir=str(root / "envs-tachy"),
+    )  # fmt: skip
+    started = time.perf_counter()
+    with RLRun(config, root / "tachy") as run:
+        history = run.train()
+    wall = time.perf_counter() - started
+    done = [m for m in history if "step_s" in m]
+    step_s = sum(m["step_s"] for m in done)
+    run_count = sum(m.get("rollouts_run", m["rollouts"]) for m in done)
+    trained = sum(m["rollouts"] for m in done)
+    return {
+        "config": str(TACHY_CONFIG.relative_to(TACHY_CONFIG.parents[2])),
+        "init": config.init,
+        "tasks": f"tier-1 families ({TIER1}) of 2 synthetic projects",
+        "steps": len(done),
+        "wall_s": round(wall, 1),
+        "rollouts_per_hour": round(3600 * run_count / step_s, 1) if step_s else 0.0,
+        "trained_rollouts_per_hour": round(3600 * trained / step_s, 1) if step_s else 0.0,
+        "trainer_idle_frac_median": round(
+            statistics.median(m["trainer_idle_frac"] for m in done), 4
+        ),
+        "solve_rate": round(statistics.fmean(m["solve_rate"] for m in done), 4),
+        "per_step": [{k: m.get(k) for k in ("step", *STEP_TIME)} for m in done],
+    }
+
+
 def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tachy-bench-rl-", dir="/var/tmp") as tmp:
         root = Path(tmp)
@@ -225,6 +281,11 @@ def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
             ]
             syncs = [weight_sync(root, name, options.sync_repeats) for name in ("tiny", "small")]
             part_sync = weight_sync_part(options.sync_repeats) if options.part else None
+            tachy = (
+                tachy_steps(root, options.tachy_steps, options.seed)
+                if options.tachy_steps
+                else None
+            )
         finally:
             ray.shutdown()
     sync, asyn = modes
@@ -242,6 +303,12 @@ def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
             "weight_sync_s_part_adapters": part_sync["adapters"]["sync_s_median"],
             "weight_sync_s_part_full": part_sync["full"]["sync_s_median"],
             "part_sync_speedup": part_sync["speedup"],
+        }
+    if tachy is not None:
+        summary |= {
+            "tachy_rollouts_per_hour": tachy["rollouts_per_hour"],
+            "tachy_trained_rollouts_per_hour": tachy["trained_rollouts_per_hour"],
+            "tachy_trainer_idle_frac": tachy["trainer_idle_frac_median"],
         }
     return {
         "benchmark": "rl",
@@ -263,6 +330,7 @@ def run_benchmark(options: argparse.Namespace, command: str) -> dict[str, Any]:
         "modes": modes,
         "weight_sync": syncs,
         "weight_sync_part": part_sync,
+        "tachy": tachy,
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "summary": summary,
     }
@@ -284,6 +352,10 @@ def table(result: dict[str, Any]) -> str:
             f"weight sync tachy-smollm2 {kind} ({part[kind]['megabytes']} MB): "
             f"{part[kind]['sync_s_median']} s"
         )
+    if result["tachy"]:
+        lines.append("tachy's model, seconds per step:  " + "  ".join(STEP_TIME))
+        for m in result["tachy"]["per_step"]:
+            lines.append(f"  step {m['step']}: " + "  ".join(str(m[k]) for k in STEP_TIME))
     return "\n".join(lines)
 
 
@@ -297,6 +369,13 @@ def one_line(s: dict[str, Any]) -> str:
             f"; tachy's model {s['weight_sync_s_part_adapters']} s adapters vs "
             f"{s['weight_sync_s_part_full']} s full = {s['part_sync_speedup']}x"
             if "part_sync_speedup" in s
+            else ""
+        )
+        + (
+            f"; tachy's model {s['tachy_rollouts_per_hour']} rollouts/h "
+            f"({s['tachy_trained_rollouts_per_hour']} trained), idle "
+            f"{s['tachy_trainer_idle_frac']:.0%}"
+            if "tachy_rollouts_per_hour" in s
             else ""
         )
     )
@@ -321,7 +400,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="skip the weight sync of tachy's model (adapters vs full state; needs ~8 GB)",
     )
+    parser.add_argument(
+        "--tachy-steps",
+        type=int,
+        help="RL steps of tachy's model on family tasks (default 3, --quick 1; 0 skips; "
+        "minutes each)",
+    )
     options = parser.parse_args(argv)
+    if options.tachy_steps is None:
+        options.tachy_steps = 1 if options.quick else 3
     options.steps = options.steps or (2 if options.quick else 8)
     options.sync_repeats = options.sync_repeats or (2 if options.quick else 5)
     command = "python -m bench.rl " + " ".join(argv if argv is not None else sys.argv[1:])

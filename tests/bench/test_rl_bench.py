@@ -17,7 +17,7 @@ pytestmark = [
 
 def test_main_prints_one_json_document(capsys: pytest.CaptureFixture) -> None:
     argv = ["--json", "--steps", "1", "--group-size", "2", "--groups", "1",
-            "--overprovision", "1", "--sync-repeats", "1", "--no-part"]  # fmt: skip
+            "--overprovision", "1", "--sync-repeats", "1", "--no-part", "--tachy-steps", "0"]  # fmt: skip
     assert bench.main(argv) == 0
     captured = capsys.readouterr()
     result = json.loads(captured.out)
@@ -27,6 +27,7 @@ def test_main_prints_one_json_document(capsys: pytest.CaptureFixture) -> None:
         assert 0 <= mode["trainer_idle_frac_median"] <= 1
     assert [s["preset"] for s in result["weight_sync"]] == ["tiny", "small"]
     assert result["weight_sync_part"] is None  # --no-part: tachy's model is not loaded
+    assert result["tachy"] is None  # --tachy-steps 0: no steps of tachy's model
     assert result["weight_sync"][1]["params"] > result["weight_sync"][0]["params"]
     summary = result["summary"]
     assert summary["async_vs_sync_throughput"] > 0 and summary["weight_sync_s_small"] > 0
