@@ -1,7 +1,9 @@
 """The agent executor: the loop both the language server and the trainer run.
 
 Each turn the policy streams the assistant's message; every `<tool_call>` starts as
-soon as its closing tag arrives, while the model keeps writing. Calls in one turn run
+soon as its closing tag arrives, while the model keeps writing (and with a policy
+that calls tools natively, every function call as soon as the stream completes it:
+the same checks, tools and rendered results; the results go back as tool messages). Calls in one turn run
 in parallel where that is safe (see `conflicts`), and their results are reported in
 call order whatever order they finish in, so a transcript is deterministic. The run
 ends when a turn has no tool call, at the turn limit, on cancellation, or when the
@@ -19,8 +21,8 @@ from dataclasses import dataclass, field
 import msgspec
 
 from agent import events as ev
-from agent.parser import RawCall, ToolCallParser
-from agent.policy import Message, Policy, PolicyError
+from agent.parser import RawCall, ToolCallParser, json_call
+from agent.policy import FunctionCall, Message, Policy, PolicyError
 from agent.render import (
     render_result,
     render_results_message,
@@ -83,10 +85,11 @@ def is_malformed_result(content: str, is_error: bool) -> bool:
 
 
 def check_call(
-    tools: dict[str, Tool], raw: RawCall
+    tools: dict[str, Tool], raw: RawCall, native: bool = False
 ) -> tuple[Tool | None, object | None, str | None]:
     """A parsed call -> (tool, bound args, None), or the problem to report to the model
-    (with the tool's valid form when the tool exists)."""
+    (with the tool's valid form when the tool exists: as JSON arguments for a native
+    function call)."""
     tool = tools.get(raw.name or "")
     args = None
     problem = None
@@ -100,7 +103,7 @@ def check_call(
         except BindError as exc:
             problem = f"invalid call to {tool.name}: {exc}"
     if problem and tool is not None:
-        problem += f"\nThe valid form is:\n{tool.usage()}"
+        problem += f"\nThe valid form is:\n{tool.usage(native)}"
     return tool, args, problem
 
 
@@ -138,6 +141,7 @@ class _Call:
     name: str
     task: asyncio.Task[Outcome]
     access: tuple[Access, Access]  # (reads, writes), for ordering later calls
+    native: FunctionCall | None = None  # a native function call, answered by a tool message
 
 
 class _Turn:
@@ -148,10 +152,11 @@ class _Turn:
         self.turn = turn
         self.calls: list[_Call] = []
 
-    def submit(self, raw: RawCall) -> None:
+    def submit(self, raw: RawCall, native: FunctionCall | None = None) -> None:
         ex = self.executor
-        call_id = f"call_{self.turn}_{raw.index}"
-        tool, args, problem = check_call(ex.tools, raw)
+        # Numbered in the order calls complete, text and native alike.
+        call_id = f"call_{self.turn}_{len(self.calls)}"
+        tool, args, problem = check_call(ex.tools, raw, native is not None)
         access = self._access(tool, args)
         shown_args = dict(raw.params)
         if args is not None:
@@ -161,7 +166,25 @@ class _Turn:
         waits = [call.task for call in self.calls if conflicts(call.access, access)]
         name = raw.name or ""
         task = asyncio.create_task(self._run(call_id, name, tool, args, problem, waits))
-        self.calls.append(_Call(name, task, access))
+        self.calls.append(_Call(name, task, access, native))
+
+    def submit_native(self, call: FunctionCall) -> None:
+        self.submit(json_call(len(self.calls), call.name or None, call.arguments), call)
+
+    def messages(self, text: str, outcomes: list[Outcome]) -> list[Message]:
+        """What the turn adds to the conversation: the assistant's message, then the
+        results: a tool message per native call (its content exactly the rendered
+        result), and the text-syntax calls' results together in one user message."""
+        native = [(c.native, o) for c, o in zip(self.calls, outcomes, strict=True) if c.native]
+        rest = [o for c, o in zip(self.calls, outcomes, strict=True) if not c.native]
+        added = [
+            Message("assistant", text, tool_calls=[c.message_form() for c, _ in native] or None)
+        ]
+        added += [Message("tool", o.content, tool_call_id=c.id) for c, o in native]
+        if rest:
+            results = [(o.call_id, o.tool, o.is_error, o.content) for o in rest]
+            added.append(Message("user", render_results_message(results)))
+        return added
 
     def _access(self, tool: Tool | None, args: object) -> tuple[Access, Access]:
         if tool is None or args is None:
@@ -237,7 +260,13 @@ class Executor:
         self.on_event = on_event
         self.on_text = on_text
         self.events: list[ev.Event] = []
-        self.system_prompt = render_system_prompt(tools, load_project_rules(ctx.workspace))
+        # A policy that calls tools natively gets their schemas with every turn and
+        # a system prompt without the text syntax.
+        self.native_tools = bool(getattr(policy, "native_tools", False))
+        self.tool_schemas = [tool.function_schema() for tool in tools] if self.native_tools else []
+        self.system_prompt = render_system_prompt(
+            tools, load_project_rules(ctx.workspace), native=self.native_tools
+        )
         self._cancel = asyncio.Event()
 
     def emit(self, event: ev.Event) -> None:
@@ -275,16 +304,14 @@ class Executor:
                     result = RunResult("cancelled", "", turn)
                     break
                 try:
-                    text, outcomes = body.result()
+                    text, added = body.result()
                 except PolicyError as exc:
                     result = RunResult("error", "", turn, error=str(exc))
                     break
-                if not outcomes:
+                if not added:
                     result = RunResult("end_turn", text, turn)
                     break
-                messages.append(Message("assistant", text))
-                results = [(o.call_id, o.tool, o.is_error, o.content) for o in outcomes]
-                messages.append(Message("user", render_results_message(results)))
+                messages += added
             return result
         except asyncio.CancelledError:
             result = RunResult("cancelled", "", result.turns)
@@ -304,15 +331,22 @@ class Executor:
             meta = {"error": result.error} if result.error else {}
             self.emit(ev.Final(text=result.final_text, stop_reason=result.stop_reason, meta=meta))
 
-    async def _stream(self, messages: list[Message]) -> AsyncIterator[str]:
+    async def _stream(self, messages: list[Message]) -> AsyncIterator[str | FunctionCall]:
         """The policy's chunks; a policy that fails in an unexpected way (a bug, an
         exception its client library did not wrap) fails like any PolicyError.
 
         Chunks are made valid text: a surrogate pair a streaming server split between
         two chunks is joined again, and a lone surrogate replaced (agent.render)."""
         pending = ""
+        if self.native_tools:
+            chunks = self.policy.stream(messages, stop_sequences(), self.tool_schemas)  # type: ignore[call-arg]
+        else:
+            chunks = self.policy.stream(messages, stop_sequences())
         try:
-            async for chunk in self.policy.stream(messages, stop_sequences()):
+            async for chunk in chunks:
+                if isinstance(chunk, FunctionCall):
+                    yield chunk
+                    continue
                 chunk, pending = pending + chunk, ""
                 if chunk and "\ud800" <= chunk[-1] <= "\udbff":
                     chunk, pending = chunk[:-1], chunk[-1]  # its pair may come next
@@ -326,13 +360,18 @@ class Executor:
             log.exception("the policy failed")
             raise PolicyError(f"the policy failed: {type(exc).__name__}: {exc}") from exc
 
-    async def _turn(self, turn: int, messages: list[Message]) -> tuple[str, list[Outcome]]:
+    async def _turn(self, turn: int, messages: list[Message]) -> tuple[str, list[Message]]:
+        """(the assistant's text, the messages the turn adds: none when it called no
+        tool, which ends the run)."""
         calls = _Turn(self, turn)
         parser = ToolCallParser()
         parts: list[str] = []
         try:
             try:
                 async for chunk in self._stream(messages):
+                    if isinstance(chunk, FunctionCall):
+                        calls.submit_native(chunk)
+                        continue
                     parts.append(chunk)
                     if self.on_text is not None:
                         self.on_text(chunk)
@@ -350,7 +389,8 @@ class Executor:
                 calls.submit(raw)
             text = "".join(parts)
             self.emit(ev.Assistant(turn=turn, text=text))
-            return text, await calls.collect()
+            outcomes = await calls.collect()
+            return text, calls.messages(text, outcomes) if outcomes else []
         except asyncio.CancelledError:
             await calls.abort()
             raise

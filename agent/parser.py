@@ -13,12 +13,25 @@ special except that closing line, so code containing `</tool_call>` or other tag
 carried verbatim. The parser is fed the model's text as it streams and hands back each
 call as soon as its `</tool_call>` arrives, so the executor can start it while the
 model is still writing. It never raises on any input: problems become `RawCall.error`.
+
+It also reads the form open models trained on Hermes-style function calling (Qwen,
+Hermes, many served as plain completions) write by habit, one JSON object per block:
+
+    <tool_call>
+    {"name": "read_file", "arguments": {"path": "src/calc.py"}}
+    </tool_call>
+
+mapped onto the same calls; its arguments keep their JSON types (`json_call` builds
+the same from a native function call's name and argument text).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 OPEN_TAG = "<tool_call"
 CLOSE_TAG = "</tool_call>"
@@ -30,11 +43,12 @@ _OPEN_PARAM_RE = re.compile(rf"^\s*<({_NAME})>(.*)$", re.DOTALL)
 
 @dataclass
 class RawCall:
-    """One `<tool_call>` block as written, before its arguments are validated."""
+    """One `<tool_call>` block as written, before its arguments are validated. A
+    parameter is text as written in the tag syntax, or a JSON value from a JSON call."""
 
     index: int
     name: str | None
-    params: dict[str, str] = field(default_factory=dict)
+    params: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
 
     def fail(self, message: str) -> None:
@@ -52,6 +66,7 @@ class ToolCallParser:
         self._call: RawCall | None = None
         self._param: str | None = None
         self._value: list[str] = []
+        self._json = False  # inside a `<tool_call>` whose body may be one JSON object
         self._count = 0
         self._done: list[RawCall] = []
 
@@ -87,6 +102,9 @@ class ToolCallParser:
         while True:
             if self._call is None:
                 if not self._scan_prose(final):
+                    return
+            elif self._json:
+                if not self._scan_json(final):
                     return
             elif self._param is None:
                 if not self._scan_call(final):
@@ -127,9 +145,59 @@ class ToolCallParser:
             )
         else:
             name = match.group(1) if match.group(1) is not None else match.group(2)
-            call = self._start_call(name or None)
-            if not name:
+            self._start_call(name or None)
+            # A bare <tool_call>: a JSON call may follow (else the name is missing).
+            self._json = not name
+        return True
+
+    def _scan_json(self, final: bool) -> bool:
+        """After a bare `<tool_call>`: a JSON object up to `</tool_call>`, or, when the
+        body does not begin with `{`, the tag syntax missing its name."""
+        call = self._call
+        assert call is not None
+        body = self._buf.lstrip()
+        if not body:
+            if final:
+                self._json = False
                 call.fail('the opening tag has no tool name: write <tool_call name="TOOL_NAME">')
+                self._close()
+            return False
+        if not body.startswith("{"):
+            self._json = False
+            call.fail('the opening tag has no tool name: write <tool_call name="TOOL_NAME">')
+            return True  # the block is read on as a tag-syntax call, then reported
+        # The object ends at a </tool_call> after which it parses: a string inside it
+        # may itself hold "</tool_call>" (code that writes tool calls).
+        start = 0
+        while True:
+            close = body.find(CLOSE_TAG, start)
+            following = body.find("\n" + OPEN_TAG, start, close if close >= 0 else len(body))
+            if following >= 0 and _json_problem(body[:following]) is not None:
+                # A new block begins on a line of its own before this one parsed: this
+                # one was never closed (a JSON string cannot hold a raw newline).
+                problem = "the tool call was not closed with </tool_call> before the next one began"
+                text = body[:following]
+                self._buf = body[following + 1 :]
+                break
+            if close < 0:
+                if not final:
+                    return False
+                problem = "the tool call was never closed: end it with </tool_call>"
+                text = body
+                self._buf = ""
+                break
+            text = body[:close]
+            problem = _json_problem(text)
+            if problem == _UNFINISHED and not final:
+                start = close + len(CLOSE_TAG)  # the close was inside a string
+                continue
+            self._buf = body[close + len(CLOSE_TAG) :]
+            break
+        if problem is None:
+            self._call = json_call(call.index, None, text)
+        else:
+            call.fail(problem if problem != _UNFINISHED else _UNFINISHED_MESSAGE)
+        self._close()
         return True
 
     def _scan_call(self, final: bool) -> bool:
@@ -209,6 +277,57 @@ class ToolCallParser:
         self._call = None
         self._param = None
         self._value = []
+        self._json = False
+
+
+_UNFINISHED = "unfinished"
+_UNFINISHED_MESSAGE = "the JSON object of the tool call is not finished before </tool_call>"
+
+
+def _json_problem(text: str) -> str | None:
+    """None when `text` is one JSON object; _UNFINISHED when it may be the start of
+    one; else what is wrong."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.msg.startswith("Unterminated string") or exc.pos >= len(text.rstrip()):
+            return _UNFINISHED
+        return f"the tool call's JSON does not parse: {exc.msg} (character {exc.pos})"
+    return None if isinstance(value, dict) else "the tool call's JSON must be an object"
+
+
+def json_call(index: int, name: str | None, text: str) -> RawCall:
+    """A call written as JSON: `text` is `{"name": ..., "arguments": {...}}` (Hermes
+    style, `name` None) or, from a native function call, the arguments object alone
+    (`name` given). Arguments that are a JSON string holding an object (as some
+    servers send them) are decoded too. Problems become the call's error, worded like
+    the tag syntax's so the model can correct itself."""
+    call = RawCall(index=index, name=name)
+    try:
+        value = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        call.fail(
+            f"the arguments are not valid JSON: {exc.msg} (character {exc.pos}); "
+            "send one JSON object of the tool's parameters"
+        )
+        return call
+    if name is None:
+        if not isinstance(value, dict):
+            call.fail('a JSON tool call must be an object: {"name": TOOL, "arguments": {...}}')
+            return call
+        call.name = value.get("name") if isinstance(value.get("name"), str) else None
+        if not call.name:
+            call.fail('the JSON tool call names no tool: write {"name": TOOL, "arguments": {...}}')
+            return call
+        value = value.get("arguments", value.get("parameters", {}))
+    if isinstance(value, str):
+        with contextlib.suppress(json.JSONDecodeError):
+            value = json.loads(value) if value.strip() else {}
+    if not isinstance(value, dict):
+        call.fail("the arguments must be a JSON object of the tool's parameters")
+        return call
+    call.params = value
+    return call
 
 
 def parse_all(text: str) -> list[RawCall]:

@@ -117,6 +117,18 @@ your final answer. Paths are relative to the workspace root.
 """
 
 
+# With native function calling the tools, their documentation and the call syntax
+# come with the request (`tools`); the prompt keeps only the way of working.
+SYSTEM_PROMPT_HEAD_NATIVE = """\
+You are tachy, a coding agent in the user's repository. Act by calling the tools you
+are given. Look before you change anything, keep edits small, and run the tests before
+you finish.
+
+Several calls in one message run in parallel. A message with no tool call is your
+final answer. Paths are relative to the workspace root.
+"""
+
+
 def render_tool_docs(tools: Sequence[type[Tool]]) -> str:
     """One entry per tool, from its schema: the call's shape (`?` marks an optional
     parameter), the docstring's first paragraph, and the parameters' descriptions
@@ -133,8 +145,14 @@ def render_tool_docs(tools: Sequence[type[Tool]]) -> str:
     return "# Tools\n\n" + "\n\n".join(sections)
 
 
-def render_system_prompt(tools: Sequence[type[Tool]], project_rules: str = "") -> str:
-    prompt = SYSTEM_PROMPT_HEAD + "\n" + render_tool_docs(tools)
+def render_system_prompt(
+    tools: Sequence[type[Tool]], project_rules: str = "", *, native: bool = False
+) -> str:
+    """The system prompt; `native`: for a model that calls the tools through native
+    function calling (their schemas go with each request instead)."""
+    prompt = (
+        SYSTEM_PROMPT_HEAD_NATIVE if native else SYSTEM_PROMPT_HEAD + "\n" + render_tool_docs(tools)
+    )
     if project_rules:
         prompt += (
             "\n\n# Project rules\n\nThe project's own instructions for agents:\n\n" + project_rules

@@ -64,7 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SPEC",
         help=(
             "the model: openai:BASE_URL#MODEL, local:CHECKPOINT_DIR or replay:FILE.jsonl "
-            "(default: $TACHY_POLICY, else local:, the bundled model)"
+            "(default: $TACHY_POLICY, else local:, the bundled model); "
+            "openai:BASE_URL#MODEL?tools=native uses the server's native function calling "
+            "(or set TACHY_TOOL_CALLS=native)"
         ),
     )
     agent.add_argument(

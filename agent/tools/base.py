@@ -110,12 +110,56 @@ class Tool:
         return _parameters(cls.Args)
 
     @classmethod
-    def usage(cls) -> str:
-        """The valid form of a call, shown in the docs and in error results."""
+    def function_schema(cls) -> dict[str, Any]:
+        """The tool in the OpenAI `tools` form (native function calling): the same
+        name, docstring and parameters (from `Args`) as the text syntax's."""
+        return {
+            "type": "function",
+            "function": {
+                "name": cls.name,
+                "description": cls.description(),
+                "parameters": _json_schema(cls.Args),
+            },
+        }
+
+    @classmethod
+    def usage(cls, native: bool = False) -> str:
+        """The valid form of a call, shown in the docs and in error results: in the
+        text syntax, or (`native`) as the JSON arguments of a function call."""
         params = {}
         for p in cls.parameters():
             params[p.name] = f"{p.type_name}{'' if p.required else ', optional'}"
+        if native:
+            return f"{cls.name} with the arguments {msgspec.json.encode(params).decode()}"
         return format_call(cls.name, params)
+
+
+@functools.cache
+def _json_schema(args_type: type[msgspec.Struct]) -> dict[str, Any]:
+    """msgspec's JSON schema of `args_type` with its references inlined and titles
+    dropped, and an optional parameter given as its type alone (not "X or null"): what
+    function-calling models are trained on."""
+    schema = msgspec.json.schema(args_type)
+    defs = schema.get("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, list):
+            return [inline(item) for item in node]
+        if not isinstance(node, dict):
+            return node
+        if "$ref" in node:
+            return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
+        out = {key: inline(value) for key, value in node.items() if key != "title"}
+        options = out.get("anyOf")
+        if options and {"type": "null"} in options and len(options) == 2:
+            (kept,) = [o for o in options if o != {"type": "null"}]
+            del out["anyOf"]
+            out |= kept
+            if out.get("default", 0) is None:
+                del out["default"]
+        return out
+
+    return inline(schema)
 
 
 def _type_name(hint: Any) -> str:
@@ -177,10 +221,11 @@ class BindError(Exception):
 
 
 def bind_args(tool: Tool, call: RawCall) -> msgspec.Struct:
-    """Validate and convert a parsed call's string parameters into `tool.Args`.
+    """Validate and convert a parsed call's parameters into `tool.Args`.
 
     Text parameters are taken verbatim (code keeps its whitespace); numbers and
-    booleans may be padded with spaces; lists are JSON or one item per line.
+    booleans may be padded with spaces; lists are JSON or one item per line. A JSON
+    call's values (numbers, booleans, lists) are taken as they are.
     """
     params = {p.name: p for p in tool.parameters()}
     unknown = sorted(set(call.params) - set(params))
@@ -196,7 +241,9 @@ def bind_args(tool: Tool, call: RawCall) -> msgspec.Struct:
     values: dict[str, Any] = {}
     for name, raw in call.params.items():
         kind = params[name].kind
-        if kind == "list":
+        if not isinstance(raw, str):
+            values[name] = raw
+        elif kind == "list":
             values[name] = _split_list(tool, name, raw)
         else:
             values[name] = raw.strip() if kind == "scalar" else raw
@@ -218,7 +265,7 @@ def _split_list(tool: Tool, name: str, raw: str) -> Any:
     return [tool.parse_list_item(name, line.strip()) for line in text.splitlines() if line.strip()]
 
 
-def _explain(message: str, params: dict[str, str]) -> str:
+def _explain(message: str, params: dict[str, Any]) -> str:
     # msgspec says e.g. "Expected `int`, got `str` - at `$.start_line`".
     where = ""
     if " - at `$." in message:
@@ -227,10 +274,11 @@ def _explain(message: str, params: dict[str, str]) -> str:
         field_name = path.split("[")[0].split(".")[0]
         where = f"parameter <{field_name}>"
         if field_name in params and "[" not in path:
-            shown = params[field_name]
+            given = params[field_name]
+            shown = given if isinstance(given, str) else msgspec.json.encode(given).decode()
             if len(shown) > 60:
                 shown = shown[:57] + "..."
-            where += f" (given {shown!r})"
+            where += f" (given {shown!r})" if isinstance(given, str) else f" (given {shown})"
         if "[" in path or "." in path:
             where += f" at {path}"
     message = re.sub(r"`([^`]*)`", _plain_type, message)

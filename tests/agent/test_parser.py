@@ -447,3 +447,62 @@ def test_any_truncation_of_valid_text_never_raises(calls, data):
     if cut == len(text):
         assert all(call.error is None for call in got)
         assert len(got) == len(calls)
+
+
+# ------------------------------------------------- the JSON form (Hermes, Qwen)
+HERMES_TURN = """Let me look first.
+<tool_call>
+{"name": "read_file", "arguments": {"path": "src/calc.py", "start_line": 3}}
+</tool_call>
+<tool_call>
+{"name": "write_file", "arguments": {"path": "gen.py", "content": "s = '</tool_call>'\\n"}}
+</tool_call>
+<tool_call>{"name": "grep", "arguments": "{\\"pattern\\": \\"def \\"}"}</tool_call>
+"""
+
+
+def test_hermes_json_calls_map_onto_the_same_calls_with_their_json_types():
+    calls = parse_all(HERMES_TURN)
+    assert summary(calls) == [
+        (0, "read_file", {"path": "src/calc.py", "start_line": 3}, None),
+        # a </tool_call> inside a JSON string does not end the block
+        (1, "write_file", {"path": "gen.py", "content": "s = '</tool_call>'\n"}, None),
+        # arguments sent as a JSON string holding the object
+        (2, "grep", {"pattern": "def "}, None),
+    ]
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@given(cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12))
+def test_hermes_json_calls_do_not_depend_on_chunking(cuts):
+    assert summary(feed_chunks(HERMES_TURN, cuts)) == summary(parse_all(HERMES_TURN))
+    assert summary(feed_chars(HERMES_TURN)) == summary(parse_all(HERMES_TURN))
+
+
+def test_a_json_call_is_handed_back_as_soon_as_it_closes():
+    parser = ToolCallParser()
+    assert parser.feed('<tool_call>\n{"name": "list_dir", "arguments": {}}\n') == []
+    (call,) = parser.feed("</tool_call>\nmore text")
+    assert (call.name, call.params, call.error) == ("list_dir", {}, None)
+
+
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('<tool_call>{"name": "x", "arguments": {oops}}</tool_call>', "JSON does not parse"),
+        ('<tool_call>{"arguments": {"path": "a"}}</tool_call>', "names no tool"),
+        ('<tool_call>{"name": "read_file", "arguments": [1]}</tool_call>', "must be a JSON object"),
+        ('<tool_call>{"name": "read_file", "arguments": {"path": "a"', "not closed"),
+        ('<tool_call>{"name": "read_file", "arguments": {"path": "a</tool_call>', "not closed"),
+        ("<tool_call>\n<path>a.py</path>\n</tool_call>", "has no tool name"),
+    ],
+)
+def test_a_broken_json_call_gets_an_error_and_the_next_call_still_parses(text, error):
+    calls = parse_all(text + '\n<tool_call name="list_dir">\n</tool_call>')
+    assert error in (calls[0].error or "")
+    assert summary(calls[1:]) == [(1, "list_dir", {}, None)]
+
+
+def test_a_json_call_cut_off_inside_a_string_says_so():
+    (call,) = parse_all('<tool_call>{"name": "read_file", "arguments": {"path": "a</tool_call>')
+    assert call.error == "the JSON object of the tool call is not finished before </tool_call>"

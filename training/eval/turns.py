@@ -72,7 +72,8 @@ def _calls(text: str) -> list[RawCall]:
 
 
 def _key(call: RawCall) -> tuple:
-    return (call.name, tuple(sorted((k, v.strip()) for k, v in call.params.items())))
+    # str(): a JSON-form call's values may be numbers or lists
+    return (call.name, tuple(sorted((k, str(v).strip()) for k, v in call.params.items())))
 
 
 def apply_edits(source: str, path: str, calls: list[RawCall]) -> str | None:
@@ -80,13 +81,13 @@ def apply_edits(source: str, path: str, calls: list[RawCall]) -> str | None:
     the tool would make them (a unique `old_string`, or every one with replace_all);
     None when one of them would not apply."""
     for call in calls:
-        if call.name != "edit_file" or call.params.get("path", "").strip() != path:
+        if call.name != "edit_file" or str(call.params.get("path", "")).strip() != path:
             continue
         old, new = call.params.get("old_string"), call.params.get("new_string")
-        if not old or new is None or old == new:
+        if not isinstance(old, str) or not isinstance(new, str) or not old or old == new:
             return None
         count = source.count(old)
-        replace_all = call.params.get("replace_all", "").strip().lower() == "true"
+        replace_all = str(call.params.get("replace_all", "")).strip().lower() == "true"
         if count == 0 or (count > 1 and not replace_all):
             return None
         source = source.replace(old, new)
