@@ -9,7 +9,7 @@ absolute paths or dict order, so one run gives byte-identical results anywhere.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -94,10 +94,13 @@ def render_results_message(results: Sequence[tuple[str, str, bool, str]]) -> str
 # Every rollout and every editor turn pays for these tokens, so they say only what a
 # model needs to call the tools right; each tool's details come back in its results
 # and errors. (973 SmolLM2 tokens with the tool list, from 1,640; bench/RESULTS.md.)
-SYSTEM_PROMPT_HEAD = """\
+SYSTEM_PROMPT_INTRO = """\
 You are tachy, a coding agent in the user's repository. Act by calling tools. Look
 before you change anything, keep edits small, and run the tests before you finish.
-
+"""
+# How to call tools in the text syntax: also what `tachy model serve` tells its model
+# when a client sends tools (agent.chat_tools).
+CALL_SYNTAX = """\
 Call a tool with a block like this (values are taken verbatim, no JSON):
 
 <tool_call name="edit_file">
@@ -115,6 +118,7 @@ Several blocks in one message run in parallel; their results come back as
 <tool_result> blocks (never write those yourself). A message with no tool call is
 your final answer. Paths are relative to the workspace root.
 """
+SYSTEM_PROMPT_HEAD = SYSTEM_PROMPT_INTRO + "\n" + CALL_SYNTAX
 
 
 # With native function calling the tools, their documentation and the call syntax
@@ -133,14 +137,27 @@ def render_tool_docs(tools: Sequence[type[Tool]]) -> str:
     """One entry per tool, from its schema: the call's shape (`?` marks an optional
     parameter), the docstring's first paragraph, and the parameters' descriptions
     (with the type when it is not plain text)."""
+    return render_docs(
+        (
+            tool.name,
+            tool.summary(),
+            [(p.name, p.required, p.type_name, p.description) for p in tool.parameters()],
+        )
+        for tool in tools
+    )
+
+
+def render_docs(entries: Iterable[tuple[str, str, list[tuple[str, bool, str, str]]]]) -> str:
+    """The tools section of the system prompt from (name, summary, [(parameter,
+    required, type name, description)]) entries: tachy's tools, or the tools a client
+    of `tachy model serve` sends as JSON schemas (agent.chat_tools)."""
     sections = []
-    for tool in tools:
-        params = tool.parameters()
-        shape = ", ".join(p.name + ("" if p.required else "?") for p in params)
-        lines = [f"## {tool.name}({shape})", tool.summary()]
-        for p in params:
-            kind = "" if p.type_name == "string" else f" ({p.type_name})"
-            lines.append(f"- {p.name}{kind}: {p.description}")
+    for name, summary, params in entries:
+        shape = ", ".join(p + ("" if required else "?") for p, required, _, _ in params)
+        lines = [f"## {name}({shape})", summary]
+        for p, _, type_name, description in params:
+            kind = "" if type_name == "string" else f" ({type_name})"
+            lines.append(f"- {p}{kind}: {description}")
         sections.append("\n".join(lines))
     return "# Tools\n\n" + "\n\n".join(sections)
 

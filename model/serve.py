@@ -6,6 +6,10 @@ A small HTTP/1.1 server on asyncio streams (no web framework):
     POST /v1/chat/completions   -> a chat.completion, or with "stream": true an event
                                    stream of chat.completion.chunk objects and [DONE]
 
+With `tools` (native function calling) the model is told the tools in tachy's call
+syntax and its calls come back as `tool_calls` (agent.chat_tools, which the entry
+point hands in), each streamed as soon as the model closes it.
+
 Request bodies carry a Content-Length (at most MAX_BODY bytes, else 413); every
 response closes its connection (no keep-alive), so an event stream is
 close-delimited. Concurrent requests decode together (model.batcher), each session's
@@ -61,6 +65,8 @@ class HTTPError(Exception):
 @dataclass
 class ChatRequest:
     messages: list[tuple[str, str]]
+    raw_messages: list[dict]  # as sent: tool_calls and tool_call_id kept
+    tools: list | None  # native function calling: the client's tools, unless tool_choice "none"
     max_tokens: int | None
     temperature: float
     top_p: float
@@ -154,8 +160,20 @@ def parse_chat_request(raw: bytes) -> ChatRequest:
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise HTTPError(400, f"'seed' must be an integer, got {seed!r}", "seed")
+    tools = body.get("tools") or None
+    choice = body.get("tool_choice", "auto")
+    if choice not in ("auto", "none"):
+        raise HTTPError(
+            400,
+            "only tool_choice 'auto' and 'none' are supported (the model chooses)",
+            "tool_choice",
+        )
+    if tools is not None and not isinstance(tools, list):
+        raise HTTPError(400, "'tools' must be a list of function tools", "tools")
     return ChatRequest(
         messages=parsed,
+        raw_messages=messages,
+        tools=tools if choice == "auto" else None,
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(body, "top_p", 1.0, 0.0, 1.0) or 1.0,
@@ -209,8 +227,12 @@ class ModelServer:
         max_seq: int,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         batcher: Any = None,
+        chat_tools: Any = None,
     ) -> None:
         self.engine, self.model_name, self.max_seq = engine, model_name, max_seq
+        # agent.chat_tools, given by the entry point: how requests with `tools` are
+        # written for the model and its calls read back (None: such requests fail)
+        self.chat_tools = chat_tools
         self.default_max_tokens = default_max_tokens
         self.created = int(time.time())
         from model.batcher import Batcher
@@ -379,8 +401,20 @@ class ModelServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: ChatRequest
     ) -> None:
         loop = asyncio.get_running_loop()
+        output = None
+        messages = request.messages
+        if request.tools:
+            if self.chat_tools is None:
+                raise HTTPError(400, "this server was started without tool calling", "tools")
+            try:
+                tools = self.chat_tools.check_tools(request.tools)
+                messages = self.chat_tools.render_chat(request.raw_messages, tools)
+            except self.chat_tools.ChatToolsError as exc:
+                raise HTTPError(400, str(exc), "tools") from None
+            turn = 1 + sum(m.get("role") == "assistant" for m in request.raw_messages)
+            output = self.chat_tools.ToolCallOutput(tools, turn)
         try:
-            prompt = self.engine.chat_prompt(request.messages)
+            prompt = self.engine.chat_prompt(messages)
         except Exception as exc:
             raise HTTPError(400, f"cannot build the prompt: {exc}", "messages") from None
         params = self._params(request, len(prompt))
@@ -401,7 +435,7 @@ class ModelServer:
         watcher.add_done_callback(lambda _: cancel.set())
         try:
             if request.stream:
-                await self._stream(writer, request, job, chunks, len(prompt), cancel)
+                await self._stream(writer, request, job, chunks, len(prompt), cancel, output)
             else:
                 await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
                 if cancel.is_set() and not job.done():
@@ -409,7 +443,16 @@ class ModelServer:
                 gen = await self._result(job)
                 text, stopped = _cut_at_stop(gen.text, request.stop)
                 reason = "stop" if stopped else gen.finish_reason
-                message = {"role": "assistant", "content": text}
+                message: dict[str, Any] = {"role": "assistant", "content": text}
+                if output is not None:
+                    output.feed(text)
+                    output.finish()
+                    message["content"] = output.content or None
+                    if output.calls:
+                        message["tool_calls"] = [
+                            {k: v for k, v in c.items() if k != "index"} for c in output.calls
+                        ]
+                        reason = "tool_calls"
                 await self._send_json(
                     writer,
                     200,
@@ -444,7 +487,10 @@ class ModelServer:
         chunks: asyncio.Queue,
         prompt_len: int,
         cancel: threading.Event,
+        output: Any = None,
     ) -> None:
+        """Stream the answer; with `output` (a request with tools) the text before the
+        first call as content and each call as a tool_calls delta once complete."""
         cid, created = self._id(), int(time.time())
 
         def chunk(delta: dict, reason: str | None = None) -> bytes:
@@ -471,7 +517,7 @@ class ModelServer:
             if stops.stopped:
                 cancel.set()  # the engine stops too; no need to wait for it
             if text:
-                writer.write(chunk({"content": text}))
+                self._write_text(writer, chunk, output, text)
                 await writer.drain()  # raises once the client is gone: cancel follows
         try:
             gen = await self._result(job)
@@ -481,8 +527,12 @@ class ModelServer:
             return
         rest = stops.finish(gen.text)
         if rest:
-            writer.write(chunk({"content": rest}))
+            self._write_text(writer, chunk, output, rest)
+        if output is not None:
+            self._write_text(writer, chunk, output, None)
         reason = "stop" if stops.stopped else gen.finish_reason
+        if output is not None and output.calls:
+            reason = "tool_calls"
         writer.write(chunk({}, reason))
         if request.include_usage:
             obj = {
@@ -496,6 +546,19 @@ class ModelServer:
             writer.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
         writer.write(b"data: [DONE]\n\n")
         await writer.drain()
+
+    @staticmethod
+    def _write_text(writer, chunk, output: Any, text: str | None) -> None:
+        """Text as a content delta; through `output` (tools) as content and calls.
+        `text` None: the answer ended (the last content and calls)."""
+        if output is None:
+            writer.write(chunk({"content": text}))
+            return
+        content, calls = output.feed(text) if text is not None else output.finish()
+        if content:
+            writer.write(chunk({"content": content}))
+        for call in calls:
+            writer.write(chunk({"tool_calls": [call]}))
 
     @staticmethod
     def _id() -> str:
@@ -521,6 +584,7 @@ def build_server(
     max_seq: int = 4096,
     name: str | None = None,
     compile: bool = False,
+    chat_tools: Any = None,
 ) -> ModelServer:
     from model.batcher import Batcher
     from model.checkpoint import open_model
@@ -535,7 +599,7 @@ def build_server(
     batcher = Batcher(make_engine)
     engine = batcher.ready()
     name = name or checkpoint.resolve().name
-    return ModelServer(engine, name, max_seq=engine.max_seq, batcher=batcher)
+    return ModelServer(engine, name, max_seq=engine.max_seq, batcher=batcher, chat_tools=chat_tools)
 
 
 async def serve(server: ModelServer, host: str, port: int, ready=None) -> None:

@@ -246,6 +246,8 @@ def run_model(args: argparse.Namespace) -> int:
         format="tachy %(levelname)s %(name)s: %(message)s",
     )
     try:
+        from agent import chat_tools
+
         server = model_serve.build_server(
             args.checkpoint,
             tokenizer=args.tokenizer,
@@ -253,6 +255,7 @@ def run_model(args: argparse.Namespace) -> int:
             max_seq=args.max_seq,
             name=args.name,
             compile=args.compile,
+            chat_tools=chat_tools,
         )
     except (CheckpointError, TokenizerError, FileNotFoundError, ValueError) as exc:
         print(f"tachy: cannot load {args.checkpoint}: {exc}", file=sys.stderr)

@@ -136,8 +136,8 @@ class Tool:
 
 @functools.cache
 def _json_schema(args_type: type[msgspec.Struct]) -> dict[str, Any]:
-    """msgspec's JSON schema of `args_type` with its references inlined and titles
-    dropped, and an optional parameter given as its type alone (not "X or null"): what
+    """msgspec's JSON schema of `args_type` with its references inlined, and an
+    optional parameter given as its type alone (not "X or null"): what
     function-calling models are trained on."""
     schema = msgspec.json.schema(args_type)
     defs = schema.get("$defs", {})
@@ -149,7 +149,9 @@ def _json_schema(args_type: type[msgspec.Struct]) -> dict[str, Any]:
             return node
         if "$ref" in node:
             return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
-        out = {key: inline(value) for key, value in node.items() if key != "title"}
+        out = {key: inline(value) for key, value in node.items()}
+        if out.get("title") == "Args":
+            del out["title"]  # the struct's class name, not the tool's (items keep theirs)
         options = out.get("anyOf")
         if options and {"type": "null"} in options and len(options) == 2:
             (kept,) = [o for o in options if o != {"type": "null"}]
