@@ -1500,11 +1500,17 @@ class FreshIndex:
     def search(
         self, query: str, *, paths: Sequence[str] | None = None, limit: int = 10
     ) -> list[SearchHit]:
+        return self._fresh().search(query, paths=paths, limit=limit)
+
+    def symbols(self, query: str, *, limit: int = 100) -> list[SymbolHit]:
+        return self._fresh().symbols(query, limit=limit)
+
+    def _fresh(self) -> CodeIndex:
         if self._index is None:
             self._index = CodeIndex(self.root, lock_timeout_s=5, **self.options)
         with contextlib.suppress(IndexBusyError):  # another indexer: search what is there
             self._index.update()
-        return self._index.search(query, paths=paths, limit=limit)
+        return self._index
 
     def close(self) -> None:
         if self._index is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -115,6 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("debug", "info", "warning", "error"),
         default="warning",
         help="how much to log on stderr (default: warning)",
+    )
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the repository's index to other agents (MCP on stdio)",
+        description=(
+            "Run an MCP server on stdin/stdout that gives other agents (Claude Code, Codex, "
+            "Cursor, ...) tachy's codebase_search and find_symbol over the repository. "
+            "Results are those of tachy's own agent tool; ignored and secret files stay "
+            "hidden. The index is built on the first call and kept fresh. Logs go to stderr."
+        ),
+    )
+    mcp.add_argument(
+        "--workspace",
+        default=".",
+        type=path_arg,
+        metavar="DIR",
+        help="the repository to serve (default: .)",
     )
     add_model_parsers(commands)
     from training.tasks import cli as tasks_cli  # its parser only; the builders load on use
@@ -505,6 +523,18 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def run_mcp(args: argparse.Namespace) -> int:
+    root = args.workspace  # a Path (path_arg)
+    if not root.is_dir():
+        print(f"tachy: {root} is not a directory", file=sys.stderr)
+        return 2
+    from server.mcp_index import serve_stdio  # the MCP SDK: only for this command
+
+    with contextlib.suppress(KeyboardInterrupt):  # the client's Ctrl-C: a clean stop
+        asyncio.run(serve_stdio(root))
+    return 0
+
+
 def _local_policy(checkpoint_dir: str, max_tokens: int | None = None, runs: int = 1):
     """The local: policy kind: our own model, whose package (and torch) is imported only
     when such a policy is made, so that `tachy serve` starts without them."""
@@ -534,6 +564,8 @@ def main(argv: list[str] | None = None) -> int:
         return index_commands.run_search(args)
     if args.command == "serve":
         return run_serve(args)
+    if args.command == "mcp":
+        return run_mcp(args)
     if args.command == "model":
         return run_model(args)
     if args.command == "tasks":

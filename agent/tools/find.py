@@ -312,6 +312,8 @@ class CodebaseSearch(Tool):
                 "search for exact text or file_search to find files by name"
             )
         index = ctx.index
+        for path in args.paths or ():
+            ctx.workspace.relpath(path)  # WorkspaceError for one outside the workspace
         try:
             hits = await run_blocking(
                 lambda: index.search(args.query, paths=args.paths, limit=args.limit or 10)
