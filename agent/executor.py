@@ -13,6 +13,7 @@ policy fails.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -36,6 +37,12 @@ from agent.tools.base import EVERYTHING, Access
 from agent.workspace import WorkspaceError
 
 log = logging.getLogger(__name__)
+
+# The call a tool is running for (its call_id), in the tool's task and its threads: an
+# editor's workspace uses it to show a write's diff and permission request on that call.
+CURRENT_CALL: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "tachy_current_call", default=None
+)
 
 
 def conflicts(first: tuple[Access, Access], second: tuple[Access, Access]) -> bool:
@@ -209,6 +216,7 @@ class _Turn:
     async def _run(self, call_id, name, tool, args, problem, waits) -> Outcome:
         if waits:
             await asyncio.wait(waits)
+        CURRENT_CALL.set(call_id)  # this task's own context
         started = time.perf_counter()
         content, is_error = await run_call(tool, args, problem, self.executor.ctx)
         meta = {
@@ -267,6 +275,7 @@ class Executor:
         self.system_prompt = render_system_prompt(
             tools, load_project_rules(ctx.workspace), native=self.native_tools
         )
+        self.messages: list[Message] = []
         self._cancel = asyncio.Event()
 
     def emit(self, event: ev.Event) -> None:
@@ -278,7 +287,10 @@ class Executor:
         """Stop the run: generation stops and running commands are killed at once."""
         self._cancel.set()
 
-    async def run(self, prompt: str) -> RunResult:
+    async def run(self, prompt: str, history: Sequence[Message] = ()) -> RunResult:
+        """Run the agent on `prompt`, after the `history` of an earlier conversation
+        (its messages without the system prompt: a chat's next prompt). The messages of
+        this run, history included, are in `self.messages` afterwards."""
         prompt = valid_text(prompt)
         self.emit(
             ev.RunStart(
@@ -287,7 +299,8 @@ class Executor:
                 meta={"workspace": str(self.ctx.workspace.root)},
             )
         )
-        messages = [Message("system", self.system_prompt), Message("user", prompt)]
+        messages = [Message("system", self.system_prompt), *history, Message("user", prompt)]
+        self.messages = messages
         result = RunResult("max_turns", "", 0)
         tasks: list[asyncio.Task] = []
         try:
@@ -309,6 +322,7 @@ class Executor:
                     result = RunResult("error", "", turn, error=str(exc))
                     break
                 if not added:
+                    messages.append(Message("assistant", text))
                     result = RunResult("end_turn", text, turn)
                     break
                 messages += added

@@ -25,6 +25,7 @@ import stat
 import sys
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -761,12 +762,21 @@ class Sandbox:
             self.bwrap = bwrap if self.config.use_bubblewrap else None
         self.jobs: dict[int, Job] = {}
         self._job_ids = itertools.count(1)
+        # An editor that asks its user before each command the model runs sets this:
+        # awaited with the command line, it raises (a ToolError) when the user refuses.
+        self.gate: Callable[[str], Awaitable[None]] | None = None
         self._hidden = HiddenScanner(workspace)
         self._scan_lock = threading.Lock()
         # Bytes and files this run's commands added to the workspace's file system (net).
         self.disk_written = 0
         self.files_created = 0
         self._free_files_at_start: int | None = None
+
+    async def approve(self, command: str) -> None:
+        """Let the user refuse a command the model asked for (see `gate`); run_terminal_cmd
+        calls it before the command starts. The sandbox's own runs (linters) are not asked."""
+        if self.gate is not None:
+            await self.gate(command)
 
     # ------------------------------------------------------------ disk quota
     def disk_quota_notice(self) -> str:

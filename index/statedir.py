@@ -72,6 +72,16 @@ def create_file(root: Path, rel: str) -> int:
         raise
 
 
+def read_file(root: Path, rel: str) -> bytes:
+    """The bytes of `.tachy/rel`, read with no symlink followed (OSError otherwise)."""
+    try:
+        fd, _ = beneath.open_file(root, f"{STATE_DIR}/{rel}")
+    except beneath.EscapeError:
+        raise StateDirError(errno.ELOOP, f"{STATE_DIR}/{rel} leads outside {root}") from None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
+
+
 def set_aside(root: Path) -> str | None:
     """Move a `.tachy` that is not a real directory out of the way (renamed, never
     deleted: it may be the user's) so that a real one can take its place. Returns the

@@ -117,6 +117,29 @@ def build_parser() -> argparse.ArgumentParser:
         default="warning",
         help="how much to log on stderr (default: warning)",
     )
+    acp_parser = commands.add_parser(
+        "acp",
+        help="run tachy as an Agent Client Protocol agent on stdio (Zed, JetBrains, Neovim)",
+        description=(
+            "Speak the Agent Client Protocol on stdin/stdout, for editors that drive agents "
+            "over ACP (Zed, JetBrains IDEs, Neovim's CodeCompanion and avante, Emacs). Each "
+            "session works in the directory the editor gives it, asks permission before "
+            "each edit and command (unless its approval option is auto), and reads unsaved "
+            "buffers through the editor. Logs go to stderr."
+        ),
+    )
+    acp_parser.add_argument(
+        "--policy",
+        default=os.environ.get("TACHY_POLICY"),
+        metavar="SPEC",
+        help="the model, as for tachy agent (default: $TACHY_POLICY, else local:)",
+    )
+    acp_parser.add_argument(
+        "--workspace",
+        type=path_arg,
+        metavar="DIR",
+        help="the directory of a session whose client gives none",
+    )
     mcp = commands.add_parser(
         "mcp",
         help="serve the repository's index to other agents (MCP on stdio)",
@@ -523,6 +546,19 @@ def run_serve(args: argparse.Namespace) -> int:
         return 2
 
 
+def run_acp(args: argparse.Namespace) -> int:
+    import logging
+
+    from server.acp_agent import serve_stdio  # the ACP SDK: only for this command
+
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="tachy %(levelname)s %(name)s: %(message)s"
+    )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve_stdio(args.policy or DEFAULT_POLICY, args.workspace))
+    return 0
+
+
 def run_mcp(args: argparse.Namespace) -> int:
     root = args.workspace  # a Path (path_arg)
     if not root.is_dir():
@@ -566,6 +602,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_serve(args)
     if args.command == "mcp":
         return run_mcp(args)
+    if args.command == "acp":
+        return run_acp(args)
     if args.command == "model":
         return run_model(args)
     if args.command == "tasks":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import functools
 import inspect
 import re
@@ -53,8 +54,10 @@ _POOL = concurrent.futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix
 
 
 async def run_blocking(function: Callable[..., T], *args: Any) -> T:
-    """Run blocking tool work on the tool thread pool."""
-    return await asyncio.get_running_loop().run_in_executor(_POOL, function, *args)
+    """Run blocking tool work on the tool thread pool, in the caller's context (so an
+    editor's workspace knows which call a write belongs to: agent.executor.CURRENT_CALL)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_POOL, context.run, function, *args)
 
 
 class ToolError(Exception):

@@ -82,6 +82,7 @@ class RunTerminalCmd(Tool):
 
     async def run(self, args: Args, ctx: ToolContext) -> str:
         sandbox = ctx.sandbox
+        await sandbox.approve(args.command)
         notice = (
             ""
             if sandbox.bwrap
