@@ -435,6 +435,8 @@ class _Updates:
                     "toolCallId": event.call_id,
                     "status": "failed" if event.is_error else "completed",
                     "content": [*diffs, {"type": "content", "content": _text_block(event.content)}],
+                    # when the tool finished (time.time()), for a client measuring latency
+                    "_meta": {"tachy": {"finishedAt": event.meta.get("finished_at")}},
                 }
             )
         elif isinstance(event, ev.Todos):
