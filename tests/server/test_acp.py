@@ -234,6 +234,9 @@ def test_a_client_that_vanishes_mid_command_leaves_no_process(tmp_path):
     send(2, "session/new", {"cwd": str(repo), "mcpServers": []})
     session = until(lambda m: m.get("id") == 2)["result"]["sessionId"]
     send(3, "session/config_option", {})  # an unknown method: an error, the agent goes on
+    # an answer to a permission request never made: ignored
+    agent.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 77, "result": {"outcome": {
+        "outcome": "selected", "optionId": "allow"}}}) + "\n")  # fmt: skip
     send(
         4,
         "session/set_config_option",
