@@ -16,6 +16,16 @@
    p50/p95. Anchor: the same calls in this process (server.mcp_index.IndexTools, the
    same code without the protocol), after the server exited.
 
+3. Native against text tool calling on `tachy model serve` (with `--model DIR`, a
+   checkpoint or part such as model/weights/tachy-smollm2-families): the server is
+   started on a free port and asked for an agent's first turn on each of a few tasks
+   twice, alternating: as tachy's text mode asks (its system prompt with the call
+   syntax and tool docs), and as its native mode asks (the native system prompt, the
+   tools as the OpenAI `tools` list, which the server renders into the model's
+   prompt). Greedy, the same max_tokens. Figures per turn: prompt and completion
+   tokens (the server's usage) and seconds, medians; and whether the turn called a
+   tool (text: parsed from the text; native: `tool_calls` returned).
+
 Prints one JSON document (`--json`) or a table, and a one-line summary on stderr.
 """
 
@@ -151,6 +161,88 @@ async def bench_mcp(root: Path, queries: list[str]) -> dict[str, Any]:
     }
 
 
+# ------------------------------------------------- 3. native against text
+TASKS = (
+    "The test tests/test_calc.py::test_add fails. Find out why and fix it.",
+    "Where is the function that adds two numbers defined? Read it.",
+    "Run the tests and tell me which ones fail.",
+)
+
+
+async def bench_native(model: Path, max_tokens: int) -> dict[str, Any]:
+    import re
+    import statistics
+
+    import httpx
+
+    from agent.parser import parse_all
+    from agent.render import render_system_prompt
+    from agent.tools import ALL_TOOLS
+
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "server.cli", "model", "serve", str(model), "--port", "0",
+        "--max-batch", "1", cwd=REPO, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        url = None
+        while url is None:
+            line = (await asyncio.wait_for(proc.stderr.readline(), 600)).decode()
+            if not line:
+                raise RuntimeError("tachy model serve ended before it served")
+            found = re.search(r"on (http://\S+/v1)", line)
+            url = found.group(1) if found else None
+        tools = [tool.function_schema() for tool in ALL_TOOLS]
+        modes = {
+            "text": {"system": render_system_prompt(ALL_TOOLS), "tools": None},
+            "native": {"system": render_system_prompt(ALL_TOOLS, native=True), "tools": tools},
+        }
+        turns: dict[str, list[dict[str, Any]]] = {mode: [] for mode in modes}
+        async with httpx.AsyncClient(timeout=900) as client:
+            for task in TASKS:
+                for mode, ask in modes.items():
+                    body: dict[str, Any] = {
+                        "model": "m", "temperature": 0, "max_tokens": max_tokens,
+                        "messages": [{"role": "system", "content": ask["system"]},
+                                     {"role": "user", "content": task}],
+                        "stop": ["<tool_result"],
+                    }  # fmt: skip
+                    if ask["tools"]:
+                        body["tools"] = ask["tools"]
+                    started = time.perf_counter()
+                    response = await client.post(f"{url}/chat/completions", json=body)
+                    took = time.perf_counter() - started
+                    response.raise_for_status()
+                    answer = response.json()
+                    message = answer["choices"][0]["message"]
+                    if mode == "native":
+                        called = len(message.get("tool_calls") or [])
+                    else:
+                        called = len(
+                            [c for c in parse_all(message["content"] or "") if not c.error]
+                        )
+                    turns[mode].append({
+                        "task": task, "seconds": round(took, 3), "calls": called,
+                        "prompt_tokens": answer["usage"]["prompt_tokens"],
+                        "completion_tokens": answer["usage"]["completion_tokens"],
+                    })  # fmt: skip
+    finally:
+        proc.terminate()
+        await proc.wait()
+
+    def medians(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        figures = {
+            key: statistics.median(r[key] for r in rows)
+            for key in ("seconds", "prompt_tokens", "completion_tokens")
+        }
+        return figures | {
+            "turns_with_a_call": sum(r["calls"] > 0 for r in rows),
+            "turns": len(rows),
+        }
+
+    return {"model": str(model), "max_tokens": max_tokens, "turns": turns,
+            "median": {mode: medians(rows) for mode, rows in turns.items()}}  # fmt: skip
+
+
 # ---------------------------------------------------------------- driver
 async def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
     root, replay = make_agent_workspace(work, options.turns)
@@ -162,6 +254,10 @@ async def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
     queries = [QUERIES[i % len(QUERIES)] for i in range(options.queries)]
     log(f"MCP: {len(queries)} codebase_search calls")
     mcp_result = await bench_mcp(root, queries)
+    native = None
+    if options.model is not None:
+        log(f"native against text tool calling on tachy model serve {options.model}")
+        native = await bench_native(options.model, options.max_tokens)
     lsp_lags = lsp["tool_to_notification"]["all"]
     summary = {
         "acp_first_update_p50_ms": acp_result["prompt_to_first_update"]["p50_ms"],
@@ -174,6 +270,11 @@ async def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
         "mcp_search_p95_ms": mcp_result["over_stdio"]["p95_ms"],
         "in_process_search_p95_ms": mcp_result["in_process"]["p95_ms"],
     }
+    if native is not None:
+        for mode, figures in native["median"].items():
+            summary[f"{mode}_turn_s"] = float(figures["seconds"])
+            summary[f"{mode}_prompt_tokens"] = float(figures["prompt_tokens"])
+            summary[f"{mode}_completion_tokens"] = float(figures["completion_tokens"])
     return {
         "benchmark": "protocols",
         "command": "python -m bench.protocols " + " ".join(sys.argv[1:]),
@@ -183,6 +284,7 @@ async def run(options: argparse.Namespace, work: Path) -> dict[str, Any]:
         "acp": acp_result,
         "lsp_anchor": {"tool_to_notification": lsp["tool_to_notification"]},
         "mcp": mcp_result,
+        "native_vs_text": native,
         "summary": summary,
     }
 
@@ -196,6 +298,13 @@ def table(result: dict[str, Any]) -> str:
             f"LSP tool finished -> event (anchor): p50 {s['lsp_tool_to_event_p50_ms']} ms, p95 {s['lsp_tool_to_event_p95_ms']} ms",
             f"MCP codebase_search: p50 {s['mcp_search_p50_ms']} ms, p95 {s['mcp_search_p95_ms']} ms "
             f"(in process p95 {s['in_process_search_p95_ms']} ms)",
+            *(
+                f"tachy model serve, {mode} tool calls: {s[f'{mode}_turn_s']} s, "
+                f"{s[f'{mode}_prompt_tokens']:.0f} prompt + {s[f'{mode}_completion_tokens']:.0f} "
+                "completion tokens per turn (medians)"
+                for mode in ("text", "native")
+                if f"{mode}_turn_s" in s
+            ),
         ]
     )
 
@@ -205,6 +314,11 @@ def one_line(s: dict[str, Any]) -> str:
         f"protocols: ACP first update p95 {s['acp_first_update_p95_ms']} ms, tool->update p95 "
         f"{s['acp_tool_to_update_p95_ms']} ms (LSP {s['lsp_tool_to_event_p95_ms']} ms); "
         f"MCP search p95 {s['mcp_search_p95_ms']} ms (in process {s['in_process_search_p95_ms']} ms)"
+        + (
+            f"; a turn native {s['native_turn_s']} s vs text {s['text_turn_s']} s"
+            if "native_turn_s" in s
+            else ""
+        )
     )
 
 
@@ -221,6 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--work", type=Path, help="keep the work files here (default: a temporary dir)"
     )
+    parser.add_argument(
+        "--model", type=Path,
+        help="also compare native and text tool calling on tachy model serve with this checkpoint",
+    )  # fmt: skip
+    parser.add_argument("--max-tokens", type=int, default=256, help="per turn, with --model (256)")
     options = parser.parse_args(argv)
     if options.work is not None:
         options.work.mkdir(parents=True, exist_ok=True)
