@@ -17,9 +17,11 @@ tools, their rendered results); only the plug-ins differ:
 A session keeps its conversation, so the next prompt continues it; its updates are
 kept (in memory and in the workspace's `.tachy/acp/`) so `session/load` replays them,
 also to a client that restarted the agent. `session/cancel` stops generation and
-kills running commands. Settings: the policy from `--policy` or TACHY_POLICY (a spec
-as for `tachy agent`), and per session the config options `approval` (ask | auto)
-and `sandbox` (auto | bubblewrap | none).
+kills running commands. Settings: the policy from `--policy`, TACHY_POLICY or the
+user's config file (server.config.user_settings: policy, approval, sandbox,
+allowSecrets, maxTurns, as the language server takes them), and per session the
+config options `approval` (ask | auto) and `sandbox` (auto | bubblewrap | none),
+whose defaults come from that file.
 
 Built on the protocol's Python SDK (`agent-client-protocol`), whose asyncio
 connection fits the executor's own event loop.
@@ -42,13 +44,14 @@ from agent import events as ev
 from agent.chat_tools import ToolCallOutput
 from agent.executor import CURRENT_CALL, Executor
 from agent.lints import LintRunner
-from agent.policy import Message, Policy, PolicyError, load_policy
+from agent.policy import DEFAULT_POLICY, Message, Policy, PolicyError, load_policy
 from agent.render import valid_text
 from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ToolContext
 from agent.tools.base import ToolError
 from agent.workspace import Workspace
 from index import statedir
+from server.config import Settings, user_settings
 
 log = logging.getLogger("tachy.acp")
 
@@ -104,7 +107,7 @@ class ClientWorkspace(Workspace):
     """The workspace of an ACP session: the client's view of files, and its consent."""
 
     def __init__(self, root: Path, agent: TachyAgent, session: AcpSession) -> None:
-        super().__init__(root)
+        super().__init__(root, allow_secrets=agent.settings.allow_secrets)
         self.agent, self.session = agent, session
 
     def read_bytes(self, rel: str) -> bytes:
@@ -159,8 +162,11 @@ class ClientWorkspace(Workspace):
 class TachyAgent:
     """The ACP agent (acp.Agent): one per connection, any number of sessions."""
 
-    def __init__(self, policy: str | None, workspace: Path | None = None) -> None:
-        self.policy_spec = policy
+    def __init__(
+        self, policy: str | None, workspace: Path | None = None, settings: Settings | None = None
+    ) -> None:
+        self.settings = settings or Settings()
+        self.policy_spec = policy or self.settings.policy or DEFAULT_POLICY
         self.default_root = workspace
         self.conn: Any = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -192,6 +198,8 @@ class TachyAgent:
 
     async def new_session(self, cwd: str, mcp_servers=None, **_) -> s.NewSessionResponse:
         session = AcpSession(uuid.uuid4().hex[:16], self._root(cwd))
+        session.config["approval"] = "auto" if self.settings.approval == "auto" else "ask"
+        session.config["sandbox"] = self.settings.sandbox
         self.sessions[session.id] = session
         self._save(session)
         return s.NewSessionResponse(session_id=session.id, config_options=self._options(session))
@@ -280,7 +288,13 @@ class TachyAgent:
         updates.send(
             {"sessionUpdate": "user_message_chunk", "content": _text_block(text)}, live=False
         )
-        executor = Executor(ctx, policy, on_event=updates.event, on_text=updates.text)
+        executor = Executor(
+            ctx,
+            policy,
+            max_turns=self.settings.max_turns,
+            on_event=updates.event,
+            on_text=updates.text,
+        )
         session.executor = executor
         try:
             result = await executor.run(text, history=session.history)
@@ -316,17 +330,18 @@ class TachyAgent:
     def call_from_thread(self, coroutine) -> Any:
         """Run a protocol call on the connection's loop from a tool thread, and wait."""
         assert self.loop is not None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self.loop:  # waiting here would block the loop the call needs
+            coroutine.close()
+            raise RuntimeError("a client call from the event loop's thread: use a tool thread")
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     # ------------------------------------------------------------- helpers
     def _policy(self) -> Policy:
         if self.policy is None:
-            if not self.policy_spec:
-                raise acp.RequestError.internal_error(
-                    {
-                        "policy": "no model configured: start tachy acp with --policy SPEC or TACHY_POLICY"
-                    }
-                )
             try:
                 self.policy = load_policy(self.policy_spec)
             except PolicyError as exc:
@@ -510,7 +525,10 @@ def _short(text: str, width: int = 80) -> str:
 
 
 async def serve_stdio(policy: str | None, workspace: Path | None) -> None:
-    agent = TachyAgent(policy, workspace)
+    settings, problems = user_settings()
+    for problem in problems:
+        log.warning("%s", problem)
+    agent = TachyAgent(policy, workspace, settings)
     try:
         await acp.run_agent(agent)
     finally:

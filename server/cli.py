@@ -132,7 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--policy",
         default=os.environ.get("TACHY_POLICY"),
         metavar="SPEC",
-        help="the model, as for tachy agent (default: $TACHY_POLICY, else local:)",
+        help=(
+            "the model, as for tachy agent (default: $TACHY_POLICY, else the policy in "
+            "~/.config/tachy/settings.json, else local:)"
+        ),
     )
     acp_parser.add_argument(
         "--workspace",
@@ -555,7 +558,7 @@ def run_acp(args: argparse.Namespace) -> int:
         stream=sys.stderr, level=logging.WARNING, format="tachy %(levelname)s %(name)s: %(message)s"
     )
     with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve_stdio(args.policy or DEFAULT_POLICY, args.workspace))
+        asyncio.run(serve_stdio(args.policy, args.workspace))
     return 0
 
 

@@ -1,5 +1,7 @@
 """Server settings: from `initializationOptions` and the `tachy` section of
-workspace/configuration, in that order (the later one wins, key by key).
+workspace/configuration, in that order (the later one wins, key by key). `tachy acp`,
+whose clients have no settings to send, reads the same keys from the user's config
+file (`user_settings`).
 
 A setting of the wrong type is reported to the user and ignored; the rest of the
 configuration still applies, so one typo never leaves the server unusable.
@@ -7,7 +9,9 @@ configuration still applies, so one typo never leaves the server unusable.
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -73,3 +77,26 @@ def merge(base: Settings, raw: Any) -> tuple[Settings, list[str]]:
 def _explain(exc: msgspec.ValidationError) -> str:
     text = str(exc)
     return text.replace("Object contains unknown field", "unknown setting")
+
+
+def config_path() -> Path:
+    """The user's tachy config file: $TACHY_CONFIG, else
+    $XDG_CONFIG_HOME/tachy/settings.json (~/.config/tachy/settings.json)."""
+    if os.environ.get("TACHY_CONFIG"):
+        return Path(os.environ["TACHY_CONFIG"]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config"
+    return Path(base) / "tachy" / "settings.json"
+
+
+def user_settings() -> tuple[Settings, list[str]]:
+    """The settings in the user's config file (a JSON object of the keys above: policy,
+    approval, sandbox, allowSecrets, maxTurns, index) over the defaults, and a problem
+    message for each key ignored. No file: the defaults."""
+    path = config_path()
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return Settings(), []
+    except (OSError, ValueError) as exc:
+        return Settings(), [f"{path} was ignored: {exc}"]
+    return merge(Settings(), raw)

@@ -48,9 +48,16 @@ def replay(path: Path, turns: list[str]) -> Path:
     return path
 
 
-def drive(tmp_path: Path, steps: list[dict], policy: str, buffers: dict | None = None) -> dict:
+def drive(
+    tmp_path: Path,
+    steps: list[dict],
+    policy: str | None,
+    buffers: dict | None = None,
+    env: dict | None = None,
+) -> dict:
+    command = [sys.executable, "-m", "server.cli", "acp"]
     scenario = {
-        "command": [sys.executable, "-m", "server.cli", "acp", "--policy", policy],
+        "command": command + (["--policy", policy] if policy else []),
         "buffers": buffers or {},
         "steps": steps,
     }
@@ -59,7 +66,7 @@ def drive(tmp_path: Path, steps: list[dict], policy: str, buffers: dict | None =
     done = subprocess.run(
         ["node", str(CLIENT / "client.mjs"), str(file)],
         cwd=PROJECT, capture_output=True, text=True, timeout=240,
-        env={**os.environ, "TACHY_POLICY": ""},
+        env={**os.environ, "TACHY_POLICY": "", "TACHY_CONFIG": str(tmp_path / "none.json"), **(env or {})},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -150,6 +157,24 @@ def test_the_model_sees_the_same_tool_results_as_through_the_cli(tmp_path):
     cli_results = [(e["is_error"], e["content"]) for e in cli if e["event"] == "tool_result"]
     acp_results = [(status == "failed", text) for status, text in results(run["log"])]
     assert acp_results == cli_results and len(cli_results) == 4
+
+
+def test_settings_come_from_the_users_config_file(tmp_path):
+    repo = make_repo(tmp_path / "repo")
+    config = tmp_path / "settings.json"
+    turns = replay(tmp_path / "r.jsonl", TURNS)
+    config.write_text(json.dumps({"policy": f"replay:{turns}", "approval": "auto", "maxTurns": 9}))
+    run = drive(
+        tmp_path,
+        [{"op": "initialize"}, {"op": "new", "cwd": str(repo)}, {"op": "prompt", "text": "fix"}],
+        None,
+        env={"TACHY_CONFIG": str(config)},
+    )
+    (new,) = [e for e in of(run["log"], "response") if e["method"] == "session/new"]
+    options = {o["id"]: o["currentValue"] for o in new["result"]["configOptions"]}
+    assert options == {"approval": "auto", "sandbox": "auto"}
+    assert not of(run["log"], "permission")  # auto: nothing asked
+    assert (repo / "NOTES.md").read_text() == "notes\n"  # write_file ends the file with a newline
 
 
 def test_a_command_is_asked_for_and_a_cancel_kills_it(tmp_path):
