@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import acp
+import msgspec
 from acp import schema as s
 
 from agent import events as ev
@@ -98,7 +99,7 @@ class AcpSession:
             "id": self.id,
             "cwd": str(self.root),
             "config": self.config,
-            "history": [{"role": m.role, "content": m.content} for m in self.history],
+            "history": msgspec.to_builtins(self.history),  # native calls' ids and all
             "updates": self.updates,
         }
 
@@ -211,8 +212,13 @@ class TachyAgent:
                 {"sessionId": f"there is no session {session_id!r}"}
             )
         self.sessions[session_id] = session
-        for update in session.updates:  # the conversation as the client saw it
-            await self.conn.session_update(session_id=session_id, update=_update(update))
+        for stored in session.updates:  # the conversation as the client saw it
+            try:
+                update = _update(stored)
+            except ValueError:  # a damaged record (pydantic's ValidationError): left out
+                log.warning("session %s: an update that is not valid was left out", session_id)
+                continue
+            await self.conn.session_update(session_id=session_id, update=update)
         return s.LoadSessionResponse(config_options=self._options(session))
 
     async def set_config_option(self, config_id: str, session_id: str, value, **_):
@@ -392,11 +398,16 @@ class TachyAgent:
             return None
         try:
             record = json.loads(statedir.read_file(root, f"{SESSIONS_DIR}/{session_id}.json"))
-        except (OSError, ValueError):
-            return None
-        session = AcpSession(session_id, root, dict(record.get("config", {})))
-        session.history = [Message(m["role"], m["content"]) for m in record.get("history", [])]
-        session.updates = list(record.get("updates", []))
+            history = msgspec.convert(record.get("history", []), list[Message])
+            updates = [u for u in record.get("updates", []) if isinstance(u, dict)]
+            config = record.get("config", {})
+        except (OSError, ValueError, AttributeError, msgspec.ValidationError):
+            return None  # unreadable or damaged: as if there were none
+        session = AcpSession(session_id, root)
+        for key, value in config.items() if isinstance(config, dict) else ():
+            if key in CONFIG and value in CONFIG[key][2]:
+                session.config[key] = value
+        session.history, session.updates = history, updates
         return session
 
 
