@@ -50,7 +50,7 @@ from agent.render import valid_text
 from agent.sandbox import Sandbox, SandboxConfig
 from agent.tools import ToolContext
 from agent.tools.base import ToolError
-from agent.workspace import Workspace
+from agent.workspace import Workspace, WorkspaceError
 from index import statedir
 from server.config import Settings, user_settings
 
@@ -116,11 +116,15 @@ class ClientWorkspace(Workspace):
             return super().read_bytes(rel)
         with self.open(rel):  # the rules first: hidden, ignored and secret files stay so
             pass
-        response = self.agent.call_from_thread(
-            self.agent.conn.read_text_file(
-                session_id=self.session.id, path=str(self.abspath(self.real_rel(rel)))
+        try:
+            response = self.agent.call_from_thread(
+                self.agent.conn.read_text_file(
+                    session_id=self.session.id, path=str(self.abspath(self.real_rel(rel)))
+                )
             )
-        )
+        except acp.RequestError as exc:  # the client could not: the file as saved
+            log.info("fs/read_text_file %s failed (%s); reading the disk", rel, exc)
+            return super().read_bytes(rel)
         return response.content.encode("utf-8")
 
     def file_size(self, rel: str) -> int:
@@ -128,14 +132,20 @@ class ClientWorkspace(Workspace):
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         self._writable(rel)  # refused before the user is asked (e.g. .tachyignore)
-        old = self.read_disk_or_none(rel)
+        try:  # as the client shows it (an unsaved buffer), so the diff is only the edit
+            old = self.read_bytes(rel)
+        except (OSError, WorkspaceError):
+            old = None
+        call = CURRENT_CALL.get()  # this tool thread's call: the request is about it
         diff = s.FileEditToolCallContent(
             type="diff",
             path=str(self.abspath(rel)),
             old_text=None if old is None else old.decode("utf-8", "replace"),
             new_text=data.decode("utf-8", "replace"),
         )
-        self.agent.call_from_thread(self.agent.permit(self.session, "edit", f"Edit {rel}", [diff]))
+        self.agent.call_from_thread(
+            self.agent.permit(self.session, "edit", f"Edit {rel}", [diff], call)
+        )
         super().write_bytes(rel, data)
         if self.agent.fs_write:
             self.agent.call_from_thread(
@@ -145,7 +155,6 @@ class ClientWorkspace(Workspace):
                     content=data.decode("utf-8", "replace"),
                 )
             )
-        call = CURRENT_CALL.get()
         if call is not None:
             self.session.diffs.setdefault(call, []).append(diff)
 
@@ -155,7 +164,7 @@ class ClientWorkspace(Workspace):
             type="content", content=s.TextContentBlock(type="text", text=f"Delete {rel}")
         )
         self.agent.call_from_thread(
-            self.agent.permit(self.session, "delete", f"Delete {rel}", [text])
+            self.agent.permit(self.session, "delete", f"Delete {rel}", [text], CURRENT_CALL.get())
         )
         super().delete(rel)
 
@@ -312,12 +321,15 @@ class TachyAgent:
             raise acp.RequestError.internal_error({"error": result.error or "the run failed"})
         return s.PromptResponse(stop_reason=STOP_REASONS.get(result.stop_reason, "end_turn"))
 
-    async def permit(self, session: AcpSession, kind: str, title: str, content: list) -> None:
+    async def permit(
+        self, session: AcpSession, kind: str, title: str, content: list, call: str | None = None
+    ) -> None:
         """Ask the client whether the model may do this (unless approval is auto or the
-        user said always for this kind); Refused when not."""
+        user said always for this kind) about tool call `call` (default: the current
+        one); Refused when not."""
         if session.config["approval"] == "auto" or kind in session.always:
             return
-        call_id = CURRENT_CALL.get() or f"{kind}-{uuid.uuid4().hex[:8]}"
+        call_id = call or CURRENT_CALL.get() or f"{kind}-{uuid.uuid4().hex[:8]}"
         response = await self.conn.request_permission(
             session_id=session.id,
             tool_call=s.ToolCallUpdate(

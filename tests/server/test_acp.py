@@ -114,6 +114,7 @@ def test_a_replayed_run_with_parallel_reads_an_allowed_and_a_rejected_edit(tmp_p
     # the edit asked, was allowed, and reached the buffer and the disk; its update shows the diff
     allowed, rejected = of(log, "permission")
     assert allowed["toolCall"]["title"] == "Edit src/calc.py" and allowed["answer"] == "allow"
+    assert allowed["toolCall"]["toolCallId"] == "call_2_0"  # the edit_file call it is about
     assert allowed["options"] == ["allow", "always", "reject"]
     assert allowed["toolCall"]["content"][0]["type"] == "diff"
     (write,) = of(log, "fs_write")
