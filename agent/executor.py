@@ -176,7 +176,7 @@ class _Turn:
         self.calls.append(_Call(name, task, access, native))
 
     def submit_native(self, call: FunctionCall) -> None:
-        self.submit(json_call(len(self.calls), call.name or None, call.arguments), call)
+        self.submit(json_call(len(self.calls), call.name, call.arguments), call)
 
     def messages(self, text: str, outcomes: list[Outcome]) -> list[Message]:
         """What the turn adds to the conversation: the assistant's message, then the

@@ -223,6 +223,7 @@ async def test_native_and_text_calls_give_byte_identical_results(repo, tmp_path)
         ("read_file", '{"path": "README.md"', "the tool call could not be parsed: the arguments are not valid JSON"),
         ("read_file", '["README.md"]', "the tool call could not be parsed: the arguments must be a JSON object"),
         ("fly", "{}", "there is no tool named 'fly'"),
+        ("", "{}", "there is no tool named ''"),
         ("read_file", '{"path": 3}', "invalid call to read_file: parameter <path> (given 3)"),
     ],
 )  # fmt: skip
