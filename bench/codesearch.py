@@ -313,7 +313,10 @@ def recall_at_k(
 
 # --------------------------------------------------------------------- CLI
 # ------------------------------------------------------------- comparison
-# Third-party trees of the venv with docstrings worth searching (none is trained on).
+# Third-party trees of the venv with docstrings worth searching (none is trained on:
+# each is in training.embed.corpus.EVALUATED_PACKAGES, which tests/training/
+# test_embed_corpus.py checks against this tuple). bench/data/agent-queries-requests.json
+# holds agent-style queries over one of them (tests/bench/test_agent_queries.py).
 THIRD_PARTY = ("attr", "click", "httpx", "jinja2", "requests", "rich", "urllib3")
 MODES = ("lexical", "dense", "hybrid")
 

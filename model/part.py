@@ -219,6 +219,35 @@ def _merge(
             state[name] = t.to(state[name].dtype)
 
 
+def read_part(path: Path) -> tuple[dict, dict[str, torch.Tensor]]:
+    """(part.json record, tensors) of a part directory, its file checked against the
+    record's size and hash."""
+    record = read_record(path)
+    weights = path / "part.safetensors"
+    if not weights.is_file():
+        raise CheckpointError(f"{weights}: missing")
+    if weights.stat().st_size != record.get("size") or sha256_file(weights) != record.get("sha256"):
+        raise CheckpointError(f"{weights}: size or content hash mismatch (corrupt file)")
+    return record, load_file(str(weights))
+
+
+def compact_part(path: str | Path, out: str | Path) -> Path:
+    """Write the part at `path` to `out` with its low-rank factors and the experts'
+    adapters in bfloat16: about half the bytes, for a part that has outgrown the
+    repository's 30 MB (each training stage appends its rank to the deltas). Norms and
+    routers, which are small and decide the experts' top-k, stay as they are. Assembly
+    multiplies the factors in float32 either way, so the compact part's model differs
+    from the original's by the factors' rounding (~0.4 % of each delta), and is
+    measured as itself (`tachy eval`)."""
+    path = Path(path)
+    record, tensors = read_part(path)
+    compact = {
+        name: t.to(torch.bfloat16) if name.endswith(LORA + ADAPTER) else t
+        for name, t in tensors.items()
+    }
+    return write_part(compact, out, part_spec(record, path), _check_base(record, path, None))
+
+
 def assemble(
     path: str | Path,
     *,
@@ -230,16 +259,10 @@ def assemble(
     what is missing or mismatched. `unmerged(weight name)`: leave that weight's delta
     out (an adapter trainer merges it itself, as this function would)."""
     path = Path(path)
-    record = read_record(path)
-    weights = path / "part.safetensors"
-    if not weights.is_file():
-        raise CheckpointError(f"{weights}: missing")
-    if weights.stat().st_size != record.get("size") or sha256_file(weights) != record.get("sha256"):
-        raise CheckpointError(f"{weights}: size or content hash mismatch (corrupt file)")
+    record, part = read_part(path)
     base = _check_base(record, path, base)
     spec = part_spec(record, path)
     config, state, tokenizer = upcycled_base(spec, base)
-    part = load_file(str(weights))
     config = with_expert_adapters(
         config, state, adapter_rank({n: t.shape for n, t in part.items()})
     )

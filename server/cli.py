@@ -261,6 +261,19 @@ def add_model_parsers(commands: argparse._SubParsersAction) -> None:
         action="store_true",
         help="write only our part for the installed base (needs --upcycle, no SOURCE)",
     )
+    compact = model_commands.add_parser(
+        "compact",
+        help="write a part of tachy's model again with its adapters in bfloat16 (half size)",
+        description=(
+            "Write PART_DIR (a part of tachy's model, a directory with part.json) to DIR with "
+            "its low-rank deltas and the experts' adapters stored in bfloat16: about half "
+            "the bytes, for a part trained in several stages whose deltas have outgrown "
+            "the repository's 30 MB. Norms and routers stay float32. The compact part's "
+            "model differs from the original's by that rounding: evaluate it as itself."
+        ),
+    )
+    compact.add_argument("part", type=path_arg, metavar="PART_DIR")
+    compact.add_argument("--out", required=True, type=path_arg, metavar="DIR", help="new part dir")
 
 
 def run_model(args: argparse.Namespace) -> int:
@@ -281,6 +294,8 @@ def run_model(args: argparse.Namespace) -> int:
         return 0
     if args.model_command == "import":
         return import_checkpoint(args)
+    if args.model_command == "compact":
+        return compact_part(args)
     if not 0 <= args.port < 65536 or args.max_batch < 1 or args.max_seq < 2:
         print("tachy: need 0 <= --port < 65536, --max-batch >= 1, --max-seq >= 2", file=sys.stderr)
         return 2
@@ -367,6 +382,25 @@ def import_checkpoint(args: argparse.Namespace) -> int:
         f"{c.num_active_params / 1e6:.0f}M active; {shape}; {model.precision})",
         file=sys.stderr,
     )
+    return 0
+
+
+def compact_part(args: argparse.Namespace) -> int:
+    """tachy model compact: PART_DIR -> the same part, adapters in bfloat16, in --out."""
+    from model.hf import CheckpointError
+    from model.part import compact_part as write_compact
+
+    if args.out.exists() and any(args.out.iterdir()):
+        print(f"tachy: {args.out} exists and is not empty; choose a new --out", file=sys.stderr)
+        return 2
+    try:
+        write_compact(args.part, args.out)
+    except CheckpointError as exc:
+        print(f"tachy: {exc}", file=sys.stderr)
+        return 2
+    before = (args.part / "part.safetensors").stat().st_size
+    after = (args.out / "part.safetensors").stat().st_size
+    print(f"tachy: wrote {args.out} ({after:,} bytes; {before:,} before)", file=sys.stderr)
     return 0
 
 

@@ -140,6 +140,54 @@ def test_cli_writes_a_part_and_refuses_bad_combinations(tmp_path) -> None:
     assert written == shipped  # the bundled part is what this command writes
 
 
+def test_cli_compacts_a_part_to_bfloat16_adapters(tmp_path) -> None:
+    """`tachy model compact`: the deltas and the experts' adapters stored in bfloat16,
+    norms and routers as they were; the assembled model differs only by that rounding."""
+    config, _, _ = upcycled_base(SPEC)
+    hidden, inner = config.hidden_size, config.num_attention_heads * config.head_dim
+    q = "layers.2.self_attn.q_proj.weight"
+    g = torch.Generator().manual_seed(3)
+    tensors = initial_part(SPEC) | {
+        "layers.0.input_layernorm.weight": torch.full((hidden,), 0.75),
+        q + ".lora_a": torch.randn(24, hidden, generator=g),
+        q + ".lora_b": torch.randn(inner, 24, generator=g) * 0.01,
+        "layers.1.mlp.adapter_a": torch.randn(8, 4, hidden, generator=g),
+        "layers.1.mlp.adapter_b": torch.randn(8, hidden, 4, generator=g) * 0.01,
+    }
+    write_part(tensors, tmp_path / "part", SPEC)
+
+    def compact(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "server.cli", "model", "compact", *args],
+            cwd=PROJECT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    done = compact(str(tmp_path / "part"), "--out", str(tmp_path / "small"))
+    assert done.returncode == 0, done.stderr
+    assert "before)" in done.stderr
+    record = read_record(tmp_path / "small")
+    dtypes = {n: dtype for n, (dtype, _) in record["tensors"].items()}
+    assert dtypes[q + ".lora_a"] == dtypes["layers.1.mlp.adapter_b"] == "bfloat16"
+    assert dtypes["layers.0.mlp.gate.weight"] == dtypes["layers.0.input_layernorm.weight"]
+    assert dtypes["layers.0.mlp.gate.weight"] == "float32"
+    halved = sum(t.numel() * 2 for n, t in tensors.items() if dtypes[n] == "bfloat16")
+    big = (tmp_path / "part" / "part.safetensors").stat().st_size
+    assert big - (tmp_path / "small" / "part.safetensors").stat().st_size >= halved
+    original, _ = assemble(tmp_path / "part")
+    compacted, _ = assemble(tmp_path / "small")
+    a, b = original.state_dict(), compacted.state_dict()
+    assert torch.equal(a["layers.0.mlp.gate.weight"], b["layers.0.mlp.gate.weight"])
+    assert not torch.equal(a[q], b[q])  # rounded ...
+    torch.testing.assert_close(a[q], b[q], rtol=0, atol=2e-3)  # ... by bfloat16 only
+    torch.testing.assert_close(a["layers.1.mlp.adapter_a"], b["layers.1.mlp.adapter_a"],
+                               rtol=1e-2, atol=0)  # fmt: skip
+
+    again = compact(str(tmp_path / "part"), "--out", str(tmp_path / "small"))
+    assert again.returncode == 2 and "not empty" in again.stderr
+    no_part = compact(str(tmp_path), "--out", str(tmp_path / "other"))
+    assert no_part.returncode == 2 and "not a tachy model part" in no_part.stderr
+
+
 def test_the_warm_up_part_in_the_repository_is_whole_and_on_the_same_base() -> None:
     """model/weights/tachy-smollm2-warmup (issue 18's SFT, RL's init): its bytes match
     its record, it upcycles the same base the same way as the bundled part, and it holds
