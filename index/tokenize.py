@@ -147,7 +147,7 @@ def _char_class(c: str) -> str:
     return "a"  # lower case and caseless letters (CJK, …) run together
 
 
-def _raw_parts(piece: str) -> list[str]:
+def identifier_parts(piece: str) -> list[str]:
     """The camelCase / digit parts of one underscore-free piece, original case."""
     if piece.isascii():
         return _PART_RE.findall(piece)
@@ -179,7 +179,7 @@ def _expand(word: str) -> str:
     for piece in word.split("_"):
         if not piece:
             continue
-        parts = _raw_parts(piece)
+        parts = identifier_parts(piece)
         if _looks_like_blob(piece, parts):
             return ""
         raw.extend(parts)

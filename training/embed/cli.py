@@ -2,6 +2,7 @@
 
     tachy train embedder --out runs/embedder             # ~12 min on two cores, cold
     tachy train embedder --out runs/embedder --json      # the record as JSON on stdout
+    tachy train embedder --out runs/embedder --corpus    # + the PyPI corpus (issue 35)
 
 Standard library only at import time (the parser must stay cheap for `tachy --help`).
 """
@@ -25,8 +26,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
             "MiniLM into one vector per token, then train it on (docstring or comment, "
             "code) pairs and on MiniLM's vectors of code, all from the training part of "
             "the standard library's split (training/configs/embed-split.json), and report "
-            "dense MRR@10 / Recall@10 on its evaluation part. OUT then holds a model "
-            "directory; ship it as index/models/tachy-code-static."
+            "dense MRR@10 / Recall@10 on its evaluation part. With --corpus, the PyPI "
+            "packages of training/configs/embed-corpus.json join the training data "
+            "(its train packages, with pairs from names, tests and signatures too) "
+            "and its dev packages are a development evaluation. OUT then holds a "
+            "model directory; ship it as index/models/tachy-code-static."
         ),
     )
     p.add_argument("--out", required=True, type=path_arg, metavar="DIR", help="the model goes here")
@@ -62,6 +66,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="DIR",
         help="where MiniLM's vectors of the training texts are kept (~/.cache/tachy/embed)",
     )
+    p.add_argument(
+        "--corpus",
+        action="store_true",
+        help="train on the PyPI corpus's training packages too (downloaded into "
+        "~/.cache/tachy/embed-corpus when missing) and report its development packages",
+    )
+    p.add_argument(
+        "--package-cap",
+        type=int,
+        default=1500,
+        metavar="N",
+        help="with --corpus: at most N pairs from one package (1500)",
+    )
     p.add_argument("--json", action="store_true", help="print the record as JSON on stdout")
 
 
@@ -77,6 +94,7 @@ def run(args: argparse.Namespace) -> int:
             (args.regress_weight < 0, "--regress-weight must be 0 or more"),
             (args.head_lines < 0, "--head-lines must be 0 or more"),
             (not 0 <= args.head_weight < float("inf"), "--head-weight must be 0 or more"),
+            (args.package_cap < 1, "--package-cap must be at least 1"),
         )
         if bad
     ]
@@ -98,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
         train=TrainSettings(
             epochs=args.epochs, lr=args.lr, regress_weight=args.regress_weight, seed=args.seed
         ),
+        corpus=args.corpus,
+        package_cap=args.package_cap,
     )
     try:
         record = build(

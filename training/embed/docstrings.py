@@ -143,7 +143,7 @@ def _blankable(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: Sequence[str
     return not tail or tail.startswith(b"#")
 
 
-def _functions(
+def functions_in(
     tree: ast.Module, classes: bool = False
 ) -> Iterable[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef]]:
     """Module-level functions and methods of (possibly nested) classes (and, with
@@ -188,7 +188,7 @@ def find_candidates(path: str, source: str, *, classes: bool = False) -> list[Ca
         return []
     lines = source_lines(source)
     found = []
-    for qualname, node in _functions(tree, classes):
+    for qualname, node in functions_in(tree, classes):
         doc_node = _docstring_node(node)
         docstring = ast.get_docstring(node)
         if doc_node is None or not docstring or not _blankable(node, lines):
