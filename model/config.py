@@ -47,6 +47,10 @@ class ModelConfig:
     # Per-expert low-rank adapters beside the experts (MoE.adapter_a/b): what makes
     # upcycled experts, identical copies of one MLP, differ when they are trained.
     expert_adapter_rank: int = 0
+    # False: every expert's adapter applies to every token whatever the router chose, one
+    # dense adapter of rank E x r beside the MLP: the dense control for the routed
+    # adapters at the same trainable budget (bench/RESULTS.md, issue 33).
+    expert_adapter_routing: bool = True
 
     def __post_init__(self) -> None:
         self.mlp_only_layers = [int(i) for i in self.mlp_only_layers]

@@ -325,6 +325,7 @@ class MoE(nn.Module):
             self.w_gate_up = nn.Parameter(torch.empty(E, 2 * Fe, D))  # gate rows first
             self.w_down = nn.Parameter(torch.empty(E, D, Fe))
         r = self.adapter_rank = config.expert_adapter_rank
+        self.adapter_routing = config.expert_adapter_routing
         if r:
             self.adapter_a = nn.Parameter(torch.empty(E, r, D))  # x -> r, per expert
             self.adapter_b = nn.Parameter(torch.empty(E, D, r))  # r -> out, per expert
@@ -390,11 +391,16 @@ class MoE(nn.Module):
         Full precision and outside the MXFP8 kernel, so the experts stay exactly as
         sampled and trainer and sampler run this same code. Every expert's A is applied
         (E * r columns: cheaper than gathering per token at these sizes); the weights
-        of experts outside a token's top-k are zero."""
+        of experts outside a token's top-k are zero. Without routing
+        (config.expert_adapter_routing False) every adapter gets the token's whole
+        routing weight: one dense adapter of rank E x r, whatever the router chose."""
         T, (E, r, D) = h.shape[0], self.adapter_a.shape
         z = (h @ self.adapter_a.reshape(E * r, D).t()).view(T, E, r)  # [T, E, r]
-        gates = torch.zeros(T, E, dtype=z.dtype, device=z.device)
-        gates = gates.scatter(1, topk_ids, topk_w.to(z.dtype))  # [T, E]
+        if self.adapter_routing:
+            gates = torch.zeros(T, E, dtype=z.dtype, device=z.device)
+            gates = gates.scatter(1, topk_ids, topk_w.to(z.dtype))  # [T, E]
+        else:
+            gates = topk_w.to(z.dtype).sum(-1, keepdim=True).expand(T, E)  # 1 when normed
         z = (z * gates[..., None]).reshape(T, E * r)
         return z @ self.adapter_b.permute(0, 2, 1).reshape(E * r, D)  # [T, D]
 

@@ -9,7 +9,9 @@ lives in the repository (model/weights/tachy-smollm2). A part directory holds
                         "upcycle": {"experts", "top_k", "router_std", "seed"},
                         "precision": "mxfp8",
                         "sha256": of part.safetensors, "size": bytes,
-                        "tensors": {name: [dtype, shape]}}
+                        "tensors": {name: [dtype, shape]},
+                        "expert_adapters": "dense"   (only for unrouted adapters,
+                                         ModelConfig.expert_adapter_routing)}
     part.safetensors   tensors of two kinds, by name:
                          NAME            replaces the upcycled model's NAME (routers,
                                          norms: small tensors trained in full)
@@ -80,9 +82,12 @@ def write_part(
     path: str | Path,
     spec: Upcycle,
     base: Path | None = None,
+    *,
+    adapter_routing: bool = True,
 ) -> Path:
     """Write a part directory holding `tensors` (replacements and NAME.lora_a/b pairs,
-    see the module docstring) for the installed base upcycled by `spec`."""
+    see the module docstring) for the installed base upcycled by `spec`; its experts'
+    adapters are routed unless `adapter_routing` is False (the dense control)."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     weights = path / "part.safetensors"
@@ -100,6 +105,8 @@ def write_part(
             n: [str(t.dtype).removeprefix("torch."), list(t.shape)] for n, t in state.items()
         },
     }
+    if not adapter_routing:
+        record["expert_adapters"] = "dense"
     (path / "part.json").write_text(json.dumps(record, indent=2) + "\n")
     return path
 
@@ -140,7 +147,7 @@ def part_config(path: str | Path):
     spec = part_spec(record, path)
     config = upcycled_config(gguf_config(open_gguf(base_gguf())), spec)
     rank = adapter_rank({n: shape for n, (_, shape) in record.get("tensors", {}).items()})
-    return with_expert_adapters(config, {}, rank), record
+    return with_expert_adapters(config, {}, rank, adapter_routing(record, path)), record
 
 
 def part_spec(record: dict, path: Path) -> Upcycle:
@@ -245,7 +252,13 @@ def compact_part(path: str | Path, out: str | Path) -> Path:
         name: t.to(torch.bfloat16) if name.endswith(LORA + ADAPTER) else t
         for name, t in tensors.items()
     }
-    return write_part(compact, out, part_spec(record, path), _check_base(record, path, None))
+    return write_part(
+        compact,
+        out,
+        part_spec(record, path),
+        _check_base(record, path, None),
+        adapter_routing=adapter_routing(record, path),
+    )
 
 
 def assemble(
@@ -264,7 +277,10 @@ def assemble(
     spec = part_spec(record, path)
     config, state, tokenizer = upcycled_base(spec, base)
     config = with_expert_adapters(
-        config, state, adapter_rank({n: t.shape for n, t in part.items()})
+        config,
+        state,
+        adapter_rank({n: t.shape for n, t in part.items()}),
+        adapter_routing(record, path),
     )
     _merge(state, part, path, unmerged)
     return Model.from_state_dict(config, state, "mxfp8", quantized=True), tokenizer
@@ -279,12 +295,25 @@ def adapter_rank(shapes: dict[str, Any]) -> int:
     return next((int(shape[1]) for n, shape in shapes.items() if n.endswith(ADAPTER[0])), 0)
 
 
-def with_expert_adapters(config: ModelConfig, state: dict[str, torch.Tensor], rank: int):
-    """The config with experts' adapters of `rank`, and zero adapters put in `state` for
-    every MoE layer (a part's own replace them): the model a part with adapters needs."""
+def adapter_routing(record: dict, path: Path) -> bool:
+    """Whether the part's experts' adapters are routed (the default) or dense."""
+    mode = record.get("expert_adapters", "routed")
+    if mode not in ("routed", "dense"):
+        raise CheckpointError(
+            f"{path / 'part.json'}: expert_adapters is {mode!r}, not 'routed' or 'dense'"
+        )
+    return mode == "routed"
+
+
+def with_expert_adapters(
+    config: ModelConfig, state: dict[str, torch.Tensor], rank: int, routing: bool = True
+):
+    """The config with experts' adapters of `rank` (routed or not), and zero adapters
+    put in `state` for every MoE layer (a part's own replace them): the model a part
+    with adapters needs."""
     if not rank:
         return config
-    config = dataclasses.replace(config, expert_adapter_rank=rank)
+    config = dataclasses.replace(config, expert_adapter_rank=rank, expert_adapter_routing=routing)
     E, D = config.num_experts, config.hidden_size
     for i in range(config.num_hidden_layers):
         if config.is_moe_layer(i):

@@ -115,6 +115,13 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
         "a part that has them trains its own). 0: none added (default)",
     )
     sft.add_argument(
+        "--dense-expert-adapters",
+        action="store_true",
+        help="with --expert-rank: apply every expert's adapter to every token, whatever "
+        "the router chose (one dense adapter of rank EXPERTS x R beside the MLP): the "
+        "dense control for routed adapters at the same trainable budget",
+    )
+    sft.add_argument(
         "--full-backward",
         action="store_true",
         help="backpropagate through the system prompt too. By default the prefix every "
@@ -471,6 +478,7 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
             model, tokenizer = AdaptedModel.from_part(
                 meta["init"], rank=meta["lora_rank"], seed=config.seed,
                 expert_rank=meta.get("expert_rank", 0),
+                expert_routing=not meta.get("dense_expert_adapters", False),
             )  # fmt: skip
             model.load_adapters(out)
         else:
@@ -481,15 +489,19 @@ def _sft_setup(args: argparse.Namespace, config, meta: dict):
             raise DataError(f"--lora-rank must be at least 1, got {args.lora_rank}")
         if args.expert_rank < 0:
             raise DataError(f"--expert-rank must be 0 or more, got {args.expert_rank}")
+        if args.dense_expert_adapters and not args.expert_rank:
+            raise DataError("--dense-expert-adapters goes with --expert-rank R")
         init = Path(args.init)
         try:
             model, tokenizer = AdaptedModel.from_part(
-                init, rank=args.lora_rank, seed=config.seed, expert_rank=args.expert_rank
-            )
+                init, rank=args.lora_rank, seed=config.seed, expert_rank=args.expert_rank,
+                expert_routing=not args.dense_expert_adapters,
+            )  # fmt: skip
         except ValueError as exc:
             raise DataError(str(exc)) from None
         meta.update(
             init=str(init.resolve()), lora_rank=args.lora_rank, expert_rank=args.expert_rank,
+            dense_expert_adapters=args.dense_expert_adapters,
             demos_sha256=sha256_file(demos_path), max_len=args.max_len, heldout=args.heldout,
         )  # fmt: skip
         print(

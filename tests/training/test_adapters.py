@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from model.hf import CheckpointError
 from model.part import assemble
 from model.policy import bundled_checkpoint
 from training.sft.adapters import AdaptedModel
@@ -102,6 +103,46 @@ def test_experts_get_adapters_of_their_own_that_train_apart_and_sample_as_traine
     gc.collect()
     with pytest.raises(ValueError, match="rank 4"):
         AdaptedModel.from_part(tmp_path / "p", rank=2, expert_rank=8)
+
+
+def test_dense_expert_adapters_ignore_the_router_at_the_same_budget(tmp_path):
+    """The dense control (`--dense-expert-adapters`): the same adapter tensors, every one
+    applied to every token, so the router no longer changes what the layer computes;
+    the part records it and assembles to the model that was trained."""
+    adapted, tok = AdaptedModel.from_part(
+        bundled_checkpoint("tachy-smollm2"), rank=2, expert_rank=4, seed=3, expert_routing=False
+    )
+    moe = adapted.model.layers[0].mlp
+    assert tuple(moe.adapter_a.shape) == (8, 4, 576)  # the routed adapters' budget
+    ids = torch.tensor([tok.encode("def add(a, b):\n    return a + b\n")])
+    for _ in range(2):
+        _step(adapted, ids)
+    assert moe.adapter_b.abs().sum() > 0  # trained
+    adapted.write_part(tmp_path / "p")
+    trained = _logits(adapted, ids)
+    # Routing is moot: another router gives the layer the same output, up to the
+    # rounding of its top-k weights' sum (the whole model is compared below, bit for
+    # bit: one rounding step of an MXFP8 activation makes its logits jump)
+    h = torch.randn(1, 7, 576, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        y = moe(h)[0]
+        moe.gate.weight.copy_(torch.randn_like(moe.gate.weight))
+        torch.testing.assert_close(moe(h)[0], y, rtol=0, atol=1e-3)
+    del adapted
+    gc.collect()
+    record = json.loads((tmp_path / "p" / "part.json").read_text())
+    assert record["expert_adapters"] == "dense"
+    model, _ = assemble(tmp_path / "p")
+    assert model.config.expert_adapter_rank == 4 and not model.config.expert_adapter_routing
+    assert torch.equal(_logits(model, ids), trained)  # the sampler computes what training did
+    del model
+    gc.collect()
+    with pytest.raises(ValueError, match="dense expert adapters; they keep their kind"):
+        AdaptedModel.from_part(tmp_path / "p", rank=2, expert_rank=4)
+    record["expert_adapters"] = "sparse"
+    (tmp_path / "p" / "part.json").write_text(json.dumps(record))
+    with pytest.raises(CheckpointError, match="not 'routed' or 'dense'"):
+        assemble(tmp_path / "p")
 
 
 def _demos(path: Path) -> Path:

@@ -43,17 +43,20 @@ def _full_trained(name: str, module: nn.Module) -> dict[str, nn.Parameter]:
     return {}
 
 
-def add_expert_adapters(model: Model, rank: int, seed: int) -> None:
+def add_expert_adapters(model: Model, rank: int, seed: int, routing: bool = True) -> None:
     """Give every MoE layer of `model` experts' adapters of `rank` (A a different
-    random draw per expert and layer, B zero: the model computes what it did)."""
+    random draw per expert and layer, B zero: the model computes what it did), routed
+    as the experts are, or all applied to every token (`routing` False: the dense
+    control at the same trainable budget)."""
     if rank < 1:
         raise ValueError(f"the expert adapter rank must be at least 1, got {rank}")
     model.config.expert_adapter_rank = rank
+    model.config.expert_adapter_routing = routing
     generator = torch.Generator().manual_seed(seed + 7919)
     for module in model.modules():
         if isinstance(module, MoE):
             E, D = module.gate.weight.shape[0], module.gate.weight.shape[1]
-            module.adapter_rank = rank
+            module.adapter_rank, module.adapter_routing = rank, routing
             module.adapter_a = nn.Parameter(torch.empty(E, rank, D))
             module.adapter_b = nn.Parameter(torch.empty(E, D, rank))
             init_expert_adapters(module, generator)
@@ -104,14 +107,21 @@ class AdaptedModel(nn.Module):
 
     @classmethod
     def from_part(
-        cls, part: str | Path, *, rank: int, seed: int = 0, expert_rank: int = 0
+        cls,
+        part: str | Path,
+        *,
+        rank: int,
+        seed: int = 0,
+        expert_rank: int = 0,
+        expert_routing: bool = True,
     ) -> tuple[AdaptedModel, Tokenizer]:
         """Adapters on the model of `part`. The part's own deltas on the adapted weights
         stay unmerged and are merged with ours in one product, W + [B0 B] [A0; A], as
         assembling the part this writes will: training and sampling forwards agree
         bit for bit. `expert_rank` > 0 gives every expert its own adapters of that rank
         (MoE.adapters; trained in full) where the part has none yet; a part that has
-        them keeps training its own (of their rank)."""
+        them keeps training its own (of their rank and routing); `expert_routing`
+        False makes the new ones dense (MoE.adapters)."""
         model, tokenizer = assemble(part, unmerged=cls.is_target)
         have = model.config.expert_adapter_rank
         if expert_rank and have and have != expert_rank:
@@ -119,8 +129,13 @@ class AdaptedModel(nn.Module):
                 f"{part} has expert adapters of rank {have}; they keep their rank "
                 f"(asked for {expert_rank})"
             )
+        if expert_rank and have and model.config.expert_adapter_routing != expert_routing:
+            raise ValueError(
+                f"{part} has {'routed' if model.config.expert_adapter_routing else 'dense'} "
+                "expert adapters; they keep their kind"
+            )
         if expert_rank and not have:
-            add_expert_adapters(model, expert_rank, seed)
+            add_expert_adapters(model, expert_rank, seed, expert_routing)
         tensors = load_file(str(Path(part) / "part.safetensors"))
         held = {
             name.removesuffix(LORA[0]): (
@@ -184,7 +199,12 @@ class AdaptedModel(nn.Module):
         return tensors
 
     def write_part(self, path: str | Path) -> Path:
-        return write_part(self.part_tensors(), path, part_spec(read_record(self.init), self.init))
+        return write_part(
+            self.part_tensors(),
+            path,
+            part_spec(read_record(self.init), self.init),
+            adapter_routing=self.config.expert_adapter_routing,
+        )
 
     def load_adapters(self, path: str | Path) -> None:
         """Set this run's trainable tensors from a part it wrote (a resumed run): the
