@@ -672,7 +672,44 @@ def run_plot(args: argparse.Namespace) -> int:
     fig.tight_layout()
     fig.savefig(out)
     print(f"tachy: wrote {out} ({len(series)} curves of {len(runs)} runs)", file=sys.stderr)
+    for directory, rows in runs.items():
+        if (line := heldout_change(rows)) is not None:
+            print(f"{directory.name}: {line}", file=sys.stderr)
     return 0
+
+
+def heldout_change(rows: list[dict]) -> str | None:
+    """The held-out solve rate at a run's first evaluation and at its last, and the
+    gain with its paired 95 % interval over the same tasks (None before a second
+    evaluation). The tasks are the run's fixed held-out list, so a task is named in
+    `heldout_solved` or was not solved."""
+    from training.eval.stats import paired_gain
+
+    evals = [r for r in rows if isinstance(r.get("heldout_solved"), list)]
+    if len(evals) < 2 or evals[0].get("heldout_tasks") != evals[-1].get("heldout_tasks"):
+        return None
+    first, last = evals[0], evals[-1]
+    tasks = sorted(set(first["heldout_solved"]) | set(last["heldout_solved"]))
+    unsolved = [0.0] * (int(first["heldout_tasks"]) - len(tasks))  # in neither evaluation
+    before = [float(t in first["heldout_solved"]) for t in tasks] + unsolved
+    after = [float(t in last["heldout_solved"]) for t in tasks] + unsolved
+    gain, low, high = paired_gain(before, after)
+
+    def rate(r: dict) -> str:
+        low, high = r.get("heldout_solve_ci95", (0, 0))
+        return f"{r['heldout_solve_rate']:.3f} [{low:.3f}, {high:.3f}] at step {r['step']}"
+
+    families = sorted(
+        set(first.get("heldout_families", {})) | set(last.get("heldout_families", {}))
+    )
+    per_family = ", ".join(
+        f"{f} {first['heldout_families'].get(f, 0):.2f}->{last['heldout_families'].get(f, 0):.2f}"
+        for f in families
+    )
+    return (
+        f"held-out {rate(first)} -> {rate(last)} ({len(before)} tasks): gain {gain:+.3f}, "
+        f"paired 95 % interval [{low:+.3f}, {high:+.3f}]" + (f"; {per_family}" if families else "")
+    )
 
 
 def _number(value: object) -> bool:
@@ -697,6 +734,8 @@ def _write_csv(run: tuple[Path, list[dict]], out: Path | None, *, reason: str | 
     why = f" (matplotlib is {reason})" if reason else ""
     print(f"tachy: wrote the metrics as CSV to {out}{why}", file=sys.stderr)
     print(f"{len(rows)} steps ({rows[0]['step']}..{rows[-1]['step']})", file=sys.stderr)
+    if (line := heldout_change(rows)) is not None:
+        print(line, file=sys.stderr)
     series = {k: [r[k] for r in rows if _number(r.get(k))] for k in PLOTTED}
     width = max(map(len, series), default=0)
     for name, values in series.items():

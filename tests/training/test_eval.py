@@ -16,7 +16,7 @@ import pytest
 from agent import events as ev
 from agent.policy import PolicyError, register_policy
 from training.eval.run import Attempt, EvalSettings, load_results, run_eval, summarize
-from training.eval.stats import bootstrap_ci, pass_at_k
+from training.eval.stats import bootstrap_ci, paired_gain, pass_at_k
 from training.tasks.taskset import Task, TaskError, TaskMeta, append_tasks
 
 pytestmark = pytest.mark.timeout(600)
@@ -113,6 +113,33 @@ def test_the_bootstrap_interval_holds_the_mean_and_is_deterministic():
     wider = bootstrap_ci([1.0, 0.0], seed=1)  # two tasks say little
     assert wider[1] - wider[0] > high - low
     assert bootstrap_ci([0.5]) == (0.5, 0.5) and bootstrap_ci([]) == (0.0, 0.0)
+
+
+def test_a_paired_gain_resamples_each_task_s_change():
+    before = [1.0, 0.0, 0.0, 0.0] * 5
+    after = [1.0, 1.0, 0.0, 0.0] * 5  # 5 more of 20 solved, none lost
+    gain, low, high = paired_gain(before, after, seed=1)
+    assert gain == 0.25 and 0.0 < low < 0.25 < high
+    apart = bootstrap_ci(after, seed=1)[0] - bootstrap_ci(before, seed=1)[1]
+    assert apart < 0 < low  # the separate intervals overlap; the paired one excludes 0
+    assert paired_gain([1.0, 0.0], [1.0, 0.0]) == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="the same tasks"):
+        paired_gain([1.0], [1.0, 0.0])
+
+
+def test_plot_reports_the_held_out_change_of_a_run():
+    from training.cli import heldout_change
+
+    def evaluation(step: int, solved: list[str]) -> dict:
+        return {"step": step, "heldout_solved": solved, "heldout_tasks": 10,
+                "heldout_solve_rate": len(solved) / 10, "heldout_solve_ci95": [0.0, 0.5],
+                "heldout_families": {"a": 0.5}}  # fmt: skip
+
+    rows = [evaluation(0, ["t1"]), {"step": 1, "reward": 0.5}, evaluation(4, ["t2", "t3"])]
+    line = heldout_change(rows)
+    assert line is not None and "0.100 [0.000, 0.500] at step 0 -> 0.200" in line
+    assert "(10 tasks): gain +0.100" in line and "a 0.50->0.50" in line
+    assert heldout_change(rows[:2]) is None  # one evaluation: nothing to compare
 
 
 # ------------------------------------------------------------------- the command

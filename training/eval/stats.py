@@ -2,6 +2,7 @@
 
     pass_at_k(n=4, c=1, k=1)            # 0.25: the unbiased estimator (Chen et al. 2021)
     bootstrap_ci([1.0, 0.0, 0.5, 1.0])  # (low, high) of the mean, tasks resampled
+    paired_gain([0, 1, 0], [1, 1, 0])   # (gain, low, high): after - before, per task
 
 Tasks, not attempts, are resampled: the attempts of one task are not independent of
 each other, and the claim is about tasks like these.
@@ -42,3 +43,17 @@ def bootstrap_ci(
     low = means[math.floor(tail * (samples - 1))]
     high = means[math.ceil((1.0 - tail) * (samples - 1))]
     return low, high
+
+
+def paired_gain(
+    before: list[float], after: list[float], *, seed: int = 0
+) -> tuple[float, float, float]:
+    """(mean gain, low, high) of after - before over the same tasks in the same order:
+    each task's difference is resampled as one value (paired), so the interval is that
+    of the change, narrower than two separate intervals would suggest when the same
+    tasks stay solved or unsolved."""
+    if len(before) != len(after):
+        raise ValueError(f"paired results need the same tasks: {len(before)} and {len(after)}")
+    diffs = [a - b for a, b in zip(after, before, strict=True)]
+    low, high = bootstrap_ci(diffs, seed=seed)
+    return (sum(diffs) / len(diffs) if diffs else 0.0), low, high
