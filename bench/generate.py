@@ -200,9 +200,9 @@ def load_ours(side: str, path: str, tokenizer: str):
 
         return from_gguf(path)
     from model.part import assemble
-    from model.policy import bundled_checkpoint
+    from model.policy import BASE_PART, bundled_checkpoint
 
-    return assemble(bundled_checkpoint())
+    return assemble(bundled_checkpoint(BASE_PART))
 
 
 # ------------------------------------------------------------------- worker

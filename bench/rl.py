@@ -173,10 +173,10 @@ def weight_sync_part(repeats: int, rank: int = 16) -> dict[str, Any]:
     """tachy's model (the bundled part on the SmolLM2 base): the adapter trainer's sync
     (merged attention weights and small tensors, `partial`) against shipping the whole
     sampling state (the anchor: what a full fine-tune must send), into one actor."""
-    from model.policy import bundled_checkpoint
+    from model.policy import BASE_PART, bundled_checkpoint
     from training.sft.adapters import AdaptedModel
 
-    part = bundled_checkpoint()
+    part = bundled_checkpoint(BASE_PART)
     adapted, _ = AdaptedModel.from_part(part, rank=rank)
     actor = InferenceActor.options(num_cpus=0).remote(str(part), max_batch=1, max_seq=64)
     ray.get(actor.info.remote())

@@ -16,7 +16,7 @@ from model.checkpoint import sha256_file
 from model.hf import CheckpointError
 from model.importer import import_model
 from model.part import _merge, assemble, initial_part, read_record, upcycled_base, write_part
-from model.policy import BUNDLED, bundled_checkpoint, local_policy
+from model.policy import BASE_PART, BUNDLED, bundled_checkpoint, local_policy
 from model.upcycle import Upcycle
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -25,10 +25,11 @@ pytestmark = pytest.mark.usefixtures("torch_path")
 
 
 def test_the_bundled_part_assembles_to_the_upcycled_base() -> None:
-    """local:'s model is the base upcycled 8:2 with the part's routers, bit for bit the
-    same on every assembly (deterministic), and small enough for the repository."""
-    part = bundled_checkpoint()
-    assert part.name == BUNDLED[0]
+    """The base part (where every part starts) is the base upcycled 8:2 with the part's
+    routers, bit for bit the same on every assembly (deterministic), and small enough
+    for the repository."""
+    part = bundled_checkpoint(BASE_PART)
+    assert BASE_PART in BUNDLED
     assert (part / "part.safetensors").stat().st_size < 30 * 2**20
     model, tokenizer = assemble(part)
     again, _ = import_model(base_gguf(), SPEC)
@@ -83,7 +84,7 @@ def test_merge_rejects_what_does_not_fit() -> None:
 @pytest.fixture
 def part_copy(tmp_path) -> Path:
     copy = tmp_path / "part"
-    shutil.copytree(bundled_checkpoint(), copy)
+    shutil.copytree(bundled_checkpoint(BASE_PART), copy)
     return copy
 
 
@@ -122,6 +123,9 @@ def test_bundled_names_and_directories() -> None:
     assert policy.params.max_new_tokens == 5
     with pytest.raises(Exception, match="does not exist"):
         local_policy("tachy-nonesuch")
+    for name in BUNDLED:  # every name is shipped, `local:` alone the first
+        assert bundled_checkpoint(name).name == name
+    assert bundled_checkpoint().name == BUNDLED[0]
 
 
 def test_cli_writes_a_part_and_refuses_bad_combinations(tmp_path) -> None:
@@ -136,7 +140,7 @@ def test_cli_writes_a_part_and_refuses_bad_combinations(tmp_path) -> None:
     ok = run("--part", "--upcycle", "8:2", "--out", str(tmp_path / "p"))
     assert ok.returncode == 0, ok.stderr
     written = json.loads((tmp_path / "p" / "part.json").read_text())
-    shipped = json.loads((bundled_checkpoint() / "part.json").read_text())
+    shipped = json.loads((bundled_checkpoint(BASE_PART) / "part.json").read_text())
     assert written == shipped  # the bundled part is what this command writes
 
 
@@ -216,7 +220,7 @@ def _whole_part_on_the_bundled_base(name: str) -> tuple[dict, int]:
     """(record, MoE layers) of model/weights/NAME, after checking its bytes match its
     record (at most 30 MB) and it upcycles the bundled part's base the same way."""
     part = PROJECT / "model" / "weights" / name
-    record, bundled = read_record(part), read_record(bundled_checkpoint())
+    record, bundled = read_record(part), read_record(bundled_checkpoint(BASE_PART))
     weights = part / "part.safetensors"
     assert weights.stat().st_size == record["size"] <= 30 * 2**20
     assert sha256_file(weights) == record["sha256"]

@@ -16,7 +16,7 @@ import torch
 
 from model.hf import CheckpointError
 from model.part import assemble
-from model.policy import bundled_checkpoint
+from model.policy import BASE_PART, bundled_checkpoint
 from training.sft.adapters import AdaptedModel
 
 pytestmark = [pytest.mark.usefixtures("torch_path"), pytest.mark.timeout(900)]
@@ -40,7 +40,7 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
 def test_a_trained_part_assembles_to_the_model_that_was_trained(tmp_path):
     # One model alive at a time: each holds ~2.5 GB of expert values, and a trained one
     # as much again in its backward's cached copies (a CI machine has 23 GB in all).
-    adapted, tok = AdaptedModel.from_part(bundled_checkpoint(), rank=2)
+    adapted, tok = AdaptedModel.from_part(bundled_checkpoint(BASE_PART), rank=2)
     trainable = [n for n, p in adapted.named_parameters() if p.requires_grad]
     assert all(("lora_" in n) or ("norm" in n) or n.endswith("mlp.gate.weight") for n in trainable)
     assert not any("w_gate_up" in n or "embed" in n for n in trainable)  # the base is frozen
@@ -77,7 +77,9 @@ def test_a_trained_part_assembles_to_the_model_that_was_trained(tmp_path):
 
 
 def test_experts_get_adapters_of_their_own_that_train_apart_and_sample_as_trained(tmp_path):
-    adapted, tok = AdaptedModel.from_part(bundled_checkpoint(), rank=2, expert_rank=4, seed=3)
+    adapted, tok = AdaptedModel.from_part(
+        bundled_checkpoint(BASE_PART), rank=2, expert_rank=4, seed=3
+    )
     moe = adapted.model.layers[0].mlp
     trainable = {n for n, p in adapted.named_parameters() if p.requires_grad}
     assert (
@@ -110,7 +112,7 @@ def test_dense_expert_adapters_ignore_the_router_at_the_same_budget(tmp_path):
     applied to every token, so the router no longer changes what the layer computes;
     the part records it and assembles to the model that was trained."""
     adapted, tok = AdaptedModel.from_part(
-        bundled_checkpoint("tachy-smollm2"), rank=2, expert_rank=4, seed=3, expert_routing=False
+        bundled_checkpoint(BASE_PART), rank=2, expert_rank=4, seed=3, expert_routing=False
     )
     moe = adapted.model.layers[0].mlp
     assert tuple(moe.adapter_a.shape) == (8, 4, 576)  # the routed adapters' budget
@@ -173,7 +175,9 @@ def test_sft_on_a_part_writes_a_part_and_resumes(tmp_path):
     demos, out = _demos(tmp_path / "demos.jsonl"), tmp_path / "sft"
     common = ["train", "sft", "--demos", str(demos), "--out", str(out), "--batch", "2",
               "--heldout", "0", "--threads", "2"]  # fmt: skip
-    run = _tachy(*common, "--init", str(bundled_checkpoint()), "--steps", "1", "--lora-rank", "2")
+    run = _tachy(
+        *common, "--init", str(bundled_checkpoint(BASE_PART)), "--steps", "1", "--lora-rank", "2"
+    )
     assert run.returncode == 0, run.stderr
     assert "adapters of rank 2" in run.stderr and (out / "part.json").is_file()
     assert not (out / "manifest.json").exists()

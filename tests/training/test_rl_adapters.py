@@ -13,7 +13,7 @@ import torch
 
 from model.checkpoint import open_tokenizer
 from model.part import is_part
-from model.policy import bundled_checkpoint
+from model.policy import BASE_PART, bundled_checkpoint
 from tests.training.test_envs import task
 from tests.training.test_rl import drive, messages, results_from
 from training.rl.config import RLConfig
@@ -51,7 +51,7 @@ def _gap(service: InferenceService, adapted: AdaptedModel, tok) -> float:
 
 
 def test_the_trainer_moves_only_adapters_and_the_partial_sync_matches_the_sampler():
-    part = bundled_checkpoint()
+    part = bundled_checkpoint(BASE_PART)
     service = InferenceService(str(part), max_batch=1, max_seq=512, temperature=1.0, seed=7)
     tok = service.engine.tokenizer
     results = results_from(service, tok, PROMPTS, group=2)
@@ -86,7 +86,7 @@ def test_the_trainer_moves_only_adapters_and_the_partial_sync_matches_the_sample
 
 
 def test_an_rl_run_on_a_part_saves_a_part_and_resumes_its_adapters(tmp_path: Path):
-    part = bundled_checkpoint()
+    part = bundled_checkpoint(BASE_PART)
     append_tasks(tmp_path / "tasks", [task("t-1")])
     config = RLConfig(tasks=str(tmp_path / "tasks"), init=str(part), lora_rank=2, lr=1e-2)
     out = tmp_path / "run"
