@@ -32,14 +32,16 @@ from model.hf import CheckpointError
 _SAMPLING = ("max_new_tokens", "temperature", "top_p", "top_k", "seed")
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
-# The models shipped with tachy, by name (`local:NAME`). `local:` alone is the first.
-# Each tachy-smollm2* is SmolLM2-135M-Instruct upcycled into our MoE plus a part of ours
-# (model/part.py), assembled from the base that setup installs: BASE_PART holds only the
-# routers (the untrained start of every part), -warmup and -families the supervised
-# warm-ups (bench/RESULTS.md, issues 18 and 33). The tiny model (8M parameters, trained
-# here from scratch, issue 8) stays for tests that need a model in a second.
+# The models shipped with tachy, by name (`local:NAME`). `local:` alone is the first,
+# the best measured on held-out tasks (bench/RESULTS.md, issue 33: the family warm-up;
+# RL from it has not yet beaten it). Each tachy-smollm2* is SmolLM2-135M-Instruct
+# upcycled into our MoE plus a part of ours (model/part.py), assembled from the base
+# that setup installs: BASE_PART holds only the routers (the untrained start of every
+# part), -warmup is the first supervised warm-up (issue 18). The tiny model (8M
+# parameters, trained here from scratch, issue 8) stays for tests that need a model
+# in a second.
 BASE_PART = "tachy-smollm2"
-BUNDLED = (BASE_PART, "tachy-smollm2-families", "tachy-smollm2-warmup", "tachy-tiny")
+BUNDLED = ("tachy-smollm2-families", BASE_PART, "tachy-smollm2-warmup", "tachy-tiny")
 
 
 def bundled_checkpoint(name: str = BUNDLED[0]) -> Path:

@@ -165,6 +165,12 @@ def add_parsers(commands: argparse._SubParsersAction) -> None:
     )
     plot.add_argument("dirs", nargs="+", type=path_arg, metavar="DIR", help="runs' --out dirs")
     plot.add_argument("--out", type=path_arg, metavar="FILE", help="the PNG or CSV to write")
+    plot.add_argument(
+        "--metrics",
+        metavar="NAME,...",
+        help="draw only these curves, in this order (default: every one tachy plots that "
+        "the runs have; names as in metrics.jsonl)",
+    )
 
     experts = sub.add_parser(
         "experts",
@@ -649,10 +655,18 @@ def run_plot(args: argparse.Namespace) -> int:
             raise UsageError("a CSV holds one run: give one DIR (a picture compares several)")
         return _write_csv(*runs.items(), args.out, reason=None if plt else "not installed")
     out = Path(args.out or args.dirs[0] / "metrics.png")
+    names = PLOTTED
+    if args.metrics:
+        names = tuple(n.strip() for n in args.metrics.split(",") if n.strip())
+        known = {k for rows in runs.values() for r in rows for k, v in r.items() if _number(v)}
+        if unknown := [n for n in names if n not in known]:
+            raise UsageError(
+                f"--metrics: no run has {', '.join(unknown)} (it has {', '.join(sorted(known))})"
+            )
     series = {
         name: {d: [(r["step"], r[name]) for r in rows if _number(r.get(name))]
                for d, rows in runs.items()}
-        for name in PLOTTED
+        for name in names
     }  # fmt: skip
     series = {k: v for k, v in series.items() if any(v.values())}
     if not series:

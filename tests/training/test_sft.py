@@ -436,6 +436,11 @@ def test_cli_pretrain_then_sft(corpus: Path, tmp_path: Path, repo_root: Path):
     r = tachy("train", "plot", str(sft), str(pre), "--out", str(sft / "both.png"), cwd=repo_root)
     assert r.returncode == 0, r.stderr
     assert (sft / "both.png").read_bytes().startswith(b"\x89PNG") and "of 2 runs" in r.stderr
+    r = tachy("train", "plot", str(sft), "--metrics", "loss,lr", "--out", str(sft / "two.png"),
+              cwd=repo_root)  # fmt: skip
+    assert r.returncode == 0 and "2 curves of 1 runs" in r.stderr, r.stderr
+    r = tachy("train", "plot", str(sft), "--metrics", "loss,reward", cwd=repo_root)
+    assert r.returncode == 2 and "--metrics: no run has reward" in r.stderr, r.stderr
     r = tachy("train", "plot", str(sft), "--out", str(sft / "m.csv"), cwd=repo_root)
     assert r.returncode == 0, r.stderr
     assert (sft / "m.csv").read_text().startswith("step,loss,") and "first" in r.stderr
