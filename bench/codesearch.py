@@ -4,12 +4,14 @@
                                [--max-bytes B] [--json]
     python -m bench.codesearch --compare --out DIR [--queries N] [--json]
 
-`--compare` is the benchmark of the embedders: it builds two sets, the evaluation part
+`--compare` is the benchmark of the embedders: it builds three sets, the evaluation part
 of the code embedder's split of the standard library (training/configs/embed-split.json:
-code the embedder never trained on) and some third-party packages of the venv
-(THIRD_PARTY), indexes each, and reports MRR@10, Recall@10 and query latency of
-lexical search and of dense and hybrid search with each embedder (tachy's static model
-and MiniLM), with each embedder's throughput, side by side.
+code the embedder never trained on), some third-party packages of the venv
+(THIRD_PARTY), and the agent's own queries over one of them (AGENT_QUERIES: short
+questions in an agent's words, answered by hand, over requests as installed), indexes
+each, and reports MRR@10, Recall@10 and query latency of lexical search and of dense
+and hybrid search with each embedder (tachy's static model and MiniLM), with each
+embedder's throughput, side by side.
 
 From a tree of Python sources (default: the running interpreter's standard library,
 without its tests, idlelib, site-packages and caches) it picks functions and methods
@@ -32,6 +34,7 @@ import contextlib
 import json
 import random
 import re
+import shutil
 import sys
 import sysconfig
 import time
@@ -321,18 +324,93 @@ THIRD_PARTY = ("attr", "click", "httpx", "jinja2", "requests", "rich", "urllib3"
 MODES = ("lexical", "dense", "hybrid")
 
 
-def mode_scores(idx: Any, eval_set: EvalSet, mode: str, **options: Any) -> dict[str, Any]:
-    """MRR@10 and Recall@10 of one search mode over the set's queries, and the query
-    latencies (p50/p95 ms)."""
-    results, times = [], []
-    for target in eval_set.targets:
+AGENT_QUERIES = Path(__file__).resolve().parent / "data" / "agent-queries-requests.json"
+
+
+@dataclass
+class AgentSet:
+    """Hand-written agent queries over an installed package copied as it is (the
+    queries are not its docstrings, so nothing is blanked), each with its answers."""
+
+    root: str
+    package: str
+    version: str
+    queries: list[tuple[str, list[Target]]]  # (query, the functions that answer it)
+
+    def corpus(self) -> dict[str, Any]:
+        files = sum(1 for _ in Path(self.root).rglob("*.py"))
+        return {"root": self.root, "package": f"{self.package} {self.version}",
+                "files": files, "queries": len(self.queries)}  # fmt: skip
+
+
+def build_agent_set(work_dir: Path, path: Path = AGENT_QUERIES) -> AgentSet:
+    """Copy the installed package the queries at `path` were written against into
+    `work_dir`/PACKAGE and return the set. Refused when another version is installed:
+    the answers' line numbers are those of the recorded one."""
+    from importlib.metadata import version
+    from importlib.util import find_spec
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    installed = version(data["distribution"])
+    if installed != data["version"]:
+        raise RuntimeError(
+            f"{path.name} answers {data['distribution']} {data['version']}; "
+            f"{installed} is installed (its line numbers differ)"
+        )
+    spec = find_spec(data["package"])
+    if spec is None or spec.origin is None:
+        raise RuntimeError(f"{data['package']} is not importable here")
+    target = work_dir / data["package"]
+    shutil.rmtree(target, ignore_errors=True)
+    shutil.copytree(Path(spec.origin).parent, target, ignore=shutil.ignore_patterns("__pycache__"))
+    queries = [
+        (
+            q["query"],
+            [
+                Target(
+                    q["qid"],
+                    q["query"],
+                    f"{data['package']}/{a['path']}",
+                    a["qualname"],
+                    a["start_line"],
+                    a["end_line"],
+                )
+                for a in q["answers"]
+            ],
+        )
+        for q in data["queries"]
+    ]
+    return AgentSet(str(work_dir), data["package"], installed, queries)
+
+
+def best_rank(hits: Sequence[HitLike], answers: Sequence[Target], k: int = 10) -> int | None:
+    """The 1-based rank of the first hit among the first k that answers the query
+    (lies in any of its answers), or None."""
+    ranks = [r for t in answers if (r := first_relevant_rank(hits, t, k)) is not None]
+    return min(ranks, default=None)
+
+
+def mode_scores(
+    idx: Any, eval_set: EvalSet | AgentSet, mode: str, **options: Any
+) -> dict[str, Any]:
+    """MRR@10 and Recall@10 of one search mode over the set's queries (a hit in any of
+    a query's answers counts), and the query latencies (p50/p95 ms)."""
+    queries = (
+        eval_set.queries
+        if isinstance(eval_set, AgentSet)
+        else [(t.query, [t]) for t in eval_set.targets]
+    )
+    ranks, times = [], []
+    for query, answers in queries:
         started = time.perf_counter()
-        results.append(idx.search(target.query, limit=10, mode=mode, **options))
+        hits = idx.search(query, limit=10, mode=mode, **options)
         times.append(time.perf_counter() - started)
+        ranks.append(best_rank(hits, answers, 10))
     times.sort()
+    n = max(len(ranks), 1)
     return {
-        "mrr_at_10": round(mrr_at_k(results, eval_set.targets, 10), 4),
-        "recall_at_10": round(recall_at_k(results, eval_set.targets, 10), 4),
+        "mrr_at_10": round(sum(1.0 / r for r in ranks if r) / n, 4),
+        "recall_at_10": round(sum(r is not None for r in ranks) / n, 4),
         "p50_ms": round(1000 * times[len(times) // 2], 2),
         "p95_ms": round(1000 * times[min(len(times) - 1, int(0.95 * len(times)))], 2),
     }
@@ -358,11 +436,17 @@ def compare(work: Path, n_queries: int, seed: int = DEFAULT_SEED) -> dict[str, A
             work / "third-party", site, n_queries, seed, units=THIRD_PARTY
         ),
     }
+    report: dict[str, Any] = {"sets": {}}
+    try:
+        sets["agent-requests"] = build_agent_set(work / "agent-requests")
+    except RuntimeError as exc:  # another requests than the answers were written for
+        report["skipped"] = {"agent-requests": str(exc)}
+        log(f"agent-requests: skipped ({exc})")
     versions = {}
     for name in THIRD_PARTY:
         with contextlib.suppress(PackageNotFoundError):
             versions[name] = version({"attr": "attrs"}.get(name, name))
-    report: dict[str, Any] = {"third_party_versions": versions, "sets": {}}
+    report["third_party_versions"] = versions
     for name, eval_set in sets.items():
         out: dict[str, Any] = {"corpus": eval_set.corpus()}
         for kind in EMBEDDERS:
