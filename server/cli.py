@@ -476,9 +476,10 @@ async def run_agent(args: argparse.Namespace) -> int:
         args.policy = DEFAULT_POLICY
         print(
             "tachy: no --policy given: using the model bundled with tachy (local:, SmolLM2-135M "
-            "upcycled into our MoE), which runs offline on a CPU but rarely solves a real "
-            "task yet; pass --policy "
-            "openai:BASE_URL#MODEL (vLLM, llama.cpp, Ollama, ...) for a capable model",
+            "upcycled into our MoE and trained on small bug fixes), which runs offline on a "
+            "CPU and fixes some bugs whose traceback names the fix, but rarely a real task; "
+            "pass --policy openai:BASE_URL#MODEL (vLLM, llama.cpp, Ollama, ...) for a "
+            "capable model",
             file=sys.stderr,
         )
     if args.max_turns < 1 or (args.max_tokens is not None and args.max_tokens < 1):
