@@ -452,10 +452,8 @@ def compare(work: Path, n_queries: int, seed: int = DEFAULT_SEED) -> dict[str, A
         for kind in EMBEDDERS:
             log(f"{name}: indexing with {kind} ...")
             with CodeIndex(eval_set.root, cache_dir=work / f"index-{name}", embedder=kind) as idx:
-                stats = idx.update()
-                started = time.perf_counter()
-                embedded = idx.embed_pending()
-                seconds = time.perf_counter() - started
+                stats = idx.update()  # embeds every chunk this embedder has not seen
+                embedded, seconds = stats.embedded, stats.embed_seconds
                 out["chunks"] = stats.chunks
                 if "lexical" not in out:
                     out["lexical"] = mode_scores(idx, eval_set, "lexical")

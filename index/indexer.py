@@ -142,8 +142,11 @@ class UpdateStats:
     reused_files: int = 0  # changed files whose chunks came from the cache
     chunked_files: int = 0
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
-    seconds: float = 0.0
+    seconds: float = 0.0  # all of it, embedding included
     root_hash: str = ""
+    embedded: int = 0  # chunks given a vector by this update (cache hits not counted)
+    embed_seconds: float = 0.0
+    embed_error: str = ""  # why dense search is unavailable ("" when it is not)
 
 
 @dataclass
@@ -499,7 +502,6 @@ class CodeIndex:
         self.rebuilt_because: str | None = None
         self._lock_timeout_s = lock_timeout_s
         self._lock_file = self._open_lock_file()
-        self._priority: dict[str, float] = {}
         # Editors' unsaved text by path; updates index it in place of the disk's.
         self._overlay: dict[str, bytes] = {}
         self._overlay_lock = threading.Lock()
@@ -510,12 +512,8 @@ class CodeIndex:
         # writer's transaction is open, so indexing never blocks a query.
         self._reader = sqlite3.connect(self.dir / "index.db", check_same_thread=False, timeout=30)
         self._lexical_reader = LexicalIndex(self._reader)
+        # Set by close(): an embedding pass in progress stops between batches.
         self._stop = threading.Event()
-        # Set when an update leaves chunks waiting for vectors: the embedding thread
-        # takes them at once, so a save is searchable densely about as soon as
-        # lexically (a few ms with the static model).
-        self._wake = threading.Event()
-        self._worker: threading.Thread | None = None
 
     def _open_lock_file(self):
         """The file whose flock makes writers take turns; held for our lifetime. One
@@ -624,6 +622,8 @@ class CodeIndex:
             CREATE INDEX IF NOT EXISTS chunks_by_blob ON chunks(hash, seq);
             {_SYMBOL_INDEXES[0]};
             {_SYMBOL_INDEXES[1]};
+            -- Chunks waiting for a vector: between an update's chunking and its
+            -- embedding, or left by an update without dense search or a killed process.
             CREATE TABLE IF NOT EXISTS pending(chunk_id INTEGER PRIMARY KEY);
             CREATE TABLE IF NOT EXISTS embeddings(
                 key TEXT, model TEXT, vector BLOB, PRIMARY KEY(key, model)) WITHOUT ROWID;
@@ -683,8 +683,8 @@ class CodeIndex:
 
     # -------------------------------------------------------------- update
     def update(self, *, progress: Progress | None = None) -> UpdateStats:
-        """Bring the index up to date with the workspace (chunks and lexical index;
-        chunks whose embeddings are cached get their vectors at once). Files with
+        """Bring the index up to date with the workspace: chunks, the lexical index and,
+        for a dense index, the vectors (from the cache, else embedded now). Files with
         unsaved text are indexed from it."""
         started = time.perf_counter()
         with self._writer():
@@ -701,23 +701,18 @@ class CodeIndex:
                 self._set_meta("root_hash", stats.root_hash)
             if stats.changed_files or stats.removed_files:
                 self._collect_garbage()
-        if stats.changed_files:
-            self._wake.set()
+        self._embed_new(stats, progress)
         stats.files, stats.chunks = self._counts()
         stats.seconds = time.perf_counter() - started
         return stats
 
     def update_paths(self, paths: Iterable[str]) -> UpdateStats:
-        """Re-index the given workspace-relative files now (after a save or an edit):
-        fastest path to searchable. Their chunks are embedded first by the next
-        embedding pass; a running embedding thread starts it at once."""
+        """Re-index the given workspace-relative files now (after a save or an edit),
+        vectors included: the fastest path to searchable."""
         started = time.perf_counter()
         wanted = sorted({_workspace_path(p) for p in paths})
         unnamable = [p for p in wanted if not is_nameable(p)]
         wanted = [p for p in wanted if is_nameable(p)]
-        now = time.monotonic()
-        for path in wanted:
-            self._priority[path] = now
         with self._writer():
             if any(path.rsplit("/", 1)[-1] in IGNORE_FILES for path in wanted):
                 self.rules.invalidate()  # an ignore file changed: judge by what it says now
@@ -741,8 +736,7 @@ class CodeIndex:
             self._changed_since_gc += stats.changed_files + stats.removed_files
             if self._changed_since_gc >= GC_MIN_ORPHANS:
                 self._collect_garbage()
-        if stats.changed_files:
-            self._wake.set()
+        self._embed_new(stats, None)
         stats.files, stats.chunks = self._counts()
         stats.seconds = time.perf_counter() - started
         return stats
@@ -845,12 +839,6 @@ class CodeIndex:
                 conn.execute(
                     "DELETE FROM embeddings WHERE key NOT IN (SELECT embed_key FROM blobs)"
                 )
-
-    def prioritise(self, paths: Iterable[str]) -> None:
-        """Embed these files' chunks before the rest (open editors, recent changes)."""
-        now = time.monotonic()
-        for path in paths:
-            self._priority[path] = now
 
     def _indexable(self, path: str) -> bool:
         return not self.rules.is_ignored(path) and not is_secret_name(path.rsplit("/", 1)[-1])
@@ -1146,9 +1134,30 @@ class CodeIndex:
             return 0
         return self._read("SELECT COUNT(*) FROM pending")[0][0]
 
+    def _embed_new(self, stats: UpdateStats, progress: Progress | None) -> None:
+        """Embed what an update left without a vector, before it returns. The static
+        model keeps pace with chunking (the stdlib in well under a minute, a saved file
+        in milliseconds), so a file is searchable densely as soon as lexically and no
+        embedding thread is needed. A model that cannot be loaded leaves the index
+        lexical, and stats.embed_error says why."""
+        if not self.dense:
+            return
+        from index.embedder import EmbedderError
+
+        started = time.perf_counter()
+        try:
+            stats.embedded = self.embed_pending(progress=progress)
+        except EmbedderError as exc:
+            stats.embed_error = str(exc)
+            _warn_once(f"dense search is unavailable: {exc}")
+        stats.embed_seconds = time.perf_counter() - started
+
     def embed_pending(self, *, limit: int | None = None, progress: Progress | None = None) -> int:
-        """Embed chunks that have no vector yet, open and recently changed files first.
-        Returns how many chunks were embedded (cache hits do not count)."""
+        """Embed chunks that have no vector yet (`limit`: at most that many, for
+        measuring), in path order. update() calls this; it is public for what leaves
+        chunks waiting: an update of an index opened without dense search, or a process
+        killed while embedding. Returns how many chunks were embedded (cache hits do
+        not count)."""
         store = self._store()
         model = self.embedder.name
         # The pending list keeps this proportional to what changed, not to the index.
@@ -1156,8 +1165,9 @@ class CodeIndex:
             "SELECT c.id, c.path, b.embed_key, b.text, b.signature FROM pending p "
             "JOIN chunks c ON c.id = p.chunk_id JOIN blobs b ON b.hash = c.hash AND b.seq = c.seq"
         )
-        priority = self._priority
-        rows.sort(key=lambda r: (-priority.get(r[1], 0.0), r[1], r[0]))
+        if not rows:
+            return 0  # nothing to do, nothing to save (every search's update comes here)
+        rows.sort(key=lambda r: (r[1], r[0]))
         if limit is not None:
             rows = rows[:limit]
         done = 0
@@ -1232,27 +1242,6 @@ class CodeIndex:
             tmp = target / "epoch.tmp"
             tmp.write_text(epoch)
             os.replace(tmp, target / "epoch")
-
-    def start_background(self, interval_s: float = 1.0) -> None:
-        """Embed pending chunks on a background thread until `close()`: woken by every
-        update that changes chunks, and every `interval_s` to look for work another
-        process left (a `tachy index` beside the editor)."""
-        if self._worker is not None or not self.dense:
-            return
-
-        def loop() -> None:
-            while not self._stop.is_set():
-                try:
-                    if self.embed_pending(limit=EMBED_BATCH * 4) == 0:
-                        # An update committed before setting the event, so clearing
-                        # after the wait loses nothing: the next pass sees its rows.
-                        self._wake.wait(interval_s)
-                        self._wake.clear()
-                except IndexBusyError:
-                    self._stop.wait(interval_s)
-
-        self._worker = threading.Thread(target=loop, name="tachy-embedder", daemon=True)
-        self._worker.start()
 
     # -------------------------------------------------------------- search
     def search(
@@ -1466,10 +1455,6 @@ class CodeIndex:
 
     def close(self) -> None:
         self._stop.set()
-        self._wake.set()
-        if self._worker is not None:
-            self._worker.join(timeout=30)
-            self._worker = None
         with contextlib.suppress(Exception):
             self.save_vectors()
         with self._lock:
@@ -1489,8 +1474,8 @@ class CodeIndex:
 
 class FreshIndex:
     """A workspace's index as the agent's codebase_search uses it: opened on first use
-    and brought up to date (lexically, changed files only) before every search, since
-    the agent edits files between searches. Embeddings already computed are used."""
+    and brought up to date (changed files only, vectors included) before every search,
+    since the agent edits files between searches."""
 
     def __init__(self, root: str | os.PathLike[str], **options: Any) -> None:
         self.root = root

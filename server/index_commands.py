@@ -163,11 +163,6 @@ def run_index(args: argparse.Namespace) -> int:
             if index.rebuilt_because:
                 print(f"tachy: rebuilding the index ({index.rebuilt_because})", file=sys.stderr)
             stats = index.update(progress=bar)
-            embedded, embed_s = 0, 0.0
-            if not args.no_dense:
-                started = time.perf_counter()
-                embedded = index.embed_pending(progress=bar)
-                embed_s = time.perf_counter() - started
             status = index.status()
     except CodeIndexError as exc:
         print(f"tachy: {exc}", file=sys.stderr)
@@ -177,8 +172,8 @@ def run_index(args: argparse.Namespace) -> int:
     report = {
         **dataclasses.asdict(stats),
         "seconds": round(stats.seconds, 3),
-        "embedded_now": embedded,
-        "embed_seconds": round(embed_s, 3),
+        "embedded_now": stats.embedded,
+        "embed_seconds": round(stats.embed_seconds, 3),
         "state": status.state,
         "embedded": status.embedded,
         "index_dir": _shown(str(index.dir)),
@@ -193,11 +188,15 @@ def run_index(args: argparse.Namespace) -> int:
             + (f"; skipped {skipped}" if skipped else ""),
             file=sys.stderr,
         )
-        if not args.no_dense:
+        if not args.no_dense and not stats.embed_error:
             print(
-                f"embedded {embedded} chunks in {embed_s:.1f} s; {status.embedded}/{status.chunks} have embeddings",
+                f"embedded {stats.embedded} chunks in {stats.embed_seconds:.1f} s; "
+                f"{status.embedded}/{status.chunks} have embeddings",
                 file=sys.stderr,
             )
+    if stats.embed_error:
+        print(f"tachy: the index is lexical only: {stats.embed_error}", file=sys.stderr)
+        return 1
     return 0
 
 

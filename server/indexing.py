@@ -180,8 +180,6 @@ class FolderIndex:
                         "%s: %d files left out of the index: their %s",
                         self.root, stats.skipped[UNNAMABLE], UNNAMABLE,
                     )  # fmt: skip
-                if self.settings.dense:
-                    index.start_background()
                 if self._on_done is not None:
                     self._on_done(self)
             elif changes:

@@ -12,7 +12,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -154,16 +153,14 @@ def test_touched_file_with_same_content_is_not_rechunked(workspace):
 def test_rename_and_duplicates_reuse_chunks_and_embeddings(workspace):
     embedder = HashingEmbedder()
     with open_index(workspace, embedder=embedder) as index:
-        index.update()
-        first = index.embed_pending()
-        assert first > 0
+        assert index.update().embedded > 0
         used = embedder.texts_embedded
         (workspace / "src" / "calc.py").rename(workspace / "src" / "arith.py")
         (workspace / "copy_of_app.js").write_text(APP_JS)
         stats = index.update()
         assert stats.chunked_files == 0  # both contents were chunked before
         assert stats.reused_files == 2
-        assert index.embed_pending() == 0
+        assert stats.embedded == 0 and index.embed_pending() == 0
         assert embedder.texts_embedded == used  # nothing embedded again
         dense = index.search("parse config file settings dict", mode="dense")
         assert dense[0].path == "src/arith.py"
@@ -173,7 +170,6 @@ def test_rename_and_duplicates_reuse_chunks_and_embeddings(workspace):
 def test_removed_files_leave_both_indexes(workspace):
     with open_index(workspace) as index:
         index.update()
-        index.embed_pending()
         (workspace / "web" / "app.js").unlink()
         stats = index.update()
         assert stats.removed_files == 1
@@ -418,22 +414,44 @@ def test_fresh_index_sees_edits_between_searches(workspace):
         fresh.close()
 
 
-def test_recently_changed_and_open_files_are_embedded_first(workspace):
-    for i in range(20):
-        (workspace / f"aaa_{i:02}.py").write_text(f"def early_{i}():\n    return {i}\n")
+def test_an_update_leaves_every_chunk_searchable_densely(workspace):
     with open_index(workspace) as index:
-        index.update()
-        index.prioritise(["web/app.js"])
+        stats = index.update()
+        assert stats.embedded == stats.chunks > 0 and not stats.embed_error
+        assert index.status().state == "ready" and index.pending_count() == 0
         (workspace / "src" / "calc.py").write_text(
             CALC + "\n\ndef saved_just_now():\n    return 1\n"
         )
-        index.update_paths(["src/calc.py"])  # a save: most recent, so first
-        index.embed_pending(limit=3)
-        embedded = {h.path for h in index.search("anything at all here", mode="dense", limit=50)}
-        assert embedded == {"src/calc.py"}
-        index.embed_pending(limit=3)
-        embedded = {h.path for h in index.search("anything at all here", mode="dense", limit=50)}
-        assert "web/app.js" in embedded and not any(p.startswith("aaa_") for p in embedded)
+        saved = index.update_paths(["src/calc.py"])  # a save: dense at once, no thread
+        assert saved.embedded >= 1 and index.status().state == "ready"
+        hits = index.search("saved_just_now", mode="dense", limit=50)
+        assert any(h.symbol == "saved_just_now" for h in hits)
+
+
+def test_chunks_left_without_vectors_are_embedded_by_the_next_update(workspace):
+    # An update without dense search (or a process killed while embedding) leaves
+    # chunks waiting; the next dense update of the same index embeds them.
+    with open_index(workspace, dense=False) as index:
+        chunks = index.update().chunks
+    with open_index(workspace) as index:
+        assert index.pending_count() == chunks and index.status().state == "lexical"
+        stats = index.update()
+        assert stats.changed_files == 0 and stats.embedded == chunks
+        assert index.status().state == "ready"
+
+
+def test_an_embedder_that_cannot_load_leaves_the_index_lexical(workspace, monkeypatch):
+    from index import embedder as embedders
+
+    def broken(kind):
+        raise embedders.EmbedderError("embedding model: /nowhere/model.safetensors is missing")
+
+    monkeypatch.setattr(embedders, "shared_embedder", broken)
+    with open_index(workspace, embedder="static") as index:
+        stats = index.update()
+        assert "is missing" in stats.embed_error and stats.embedded == 0
+        assert index.status().state == "lexical"
+        assert index.search("parse_config_file", mode="lexical")[0].path == "src/calc.py"
 
 
 def test_unreadable_files_are_skipped(workspace, monkeypatch):
@@ -504,60 +522,21 @@ def test_caches_of_vanished_contents_are_bounded(workspace, monkeypatch):
         assert index.search("version_7", mode="lexical")[0].symbol == "version_7"
 
 
-def test_only_changed_chunks_wait_for_vectors(workspace):
+def test_only_changed_chunks_are_embedded_again(workspace):
     with open_index(workspace) as index:
-        index.update()
-        assert index.pending_count() == index.status().chunks  # nothing embedded yet
-        index.embed_pending()
-        assert index.pending_count() == 0
+        stats = index.update()
+        assert stats.embedded == index.status().chunks and index.pending_count() == 0
         (workspace / "web" / "app.js").write_text(APP_JS + "\nexport const answer = 42;\n")
-        index.update_paths(["web/app.js"])
+        saved = index.update_paths(["web/app.js"])
         app_chunks = len(index._read("SELECT id FROM chunks WHERE path='web/app.js'"))
-        # Only the new code waits: the file's unchanged functions keep their vectors.
-        assert app_chunks > 1 and index.pending_count() == 1
+        # Only the new code is embedded: the file's unchanged functions keep their vectors.
+        assert app_chunks > 1 and saved.embedded == 1 and index.pending_count() == 0
     other = HashingEmbedder()
     other.name = "test-hashing-other"
     with open_index(workspace, embedder=other) as index:  # another model: all wait again
         index.embed_pending(limit=1)
         assert index.pending_count() == index.status().chunks - 1
-
-
-def test_background_embedding_catches_up(workspace):
-    with open_index(workspace) as index:
-        index.update()
-        index.start_background(interval_s=0.05)
-        deadline = time.monotonic() + 30
-        while index.status().state != "ready" and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert index.status().state == "ready"
-        (workspace / "src" / "late.py").write_text("def arrived_late():\n    return 1\n")
-        index.update_paths(["src/late.py"])
-        while index.pending_count() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert index.search("arrived late", mode="dense", limit=3)[0].path == "src/late.py"
-
-
-def test_an_update_wakes_the_embedding_thread(workspace):
-    # An interval far beyond the deadline: only the wake-up can embed the saved file
-    # in time (the thread's first pass has emptied the queue by then).
-    with open_index(workspace) as index:
-        index.update()
-        index.start_background(interval_s=3600)
-        deadline = time.monotonic() + 30
-        while index.pending_count() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert index.pending_count() == 0
-        time.sleep(0.1)  # the thread is waiting now
-        (workspace / "src" / "late.py").write_text("def arrived_late():\n    return 1\n")
-        index.update_paths(["src/late.py"])
-        while index.pending_count() and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert index.pending_count() == 0
-        assert index.search("arrived late", mode="dense", limit=3)[0].path == "src/late.py"
-        # close() wakes the waiting thread too (else it would wait out its 30 s join).
-        started = time.monotonic()
-        index.close()
-        assert time.monotonic() - started < 20
+        assert index.update().embedded == index.status().chunks - 1
 
 
 # ---------------------------------------------------------------- unsaved editor text

@@ -199,8 +199,7 @@ def test_the_index_records_its_embedder_and_switching_re_embeds(tmp_path: Path):
 
     root = _workspace(tmp_path)
     with CodeIndex(root, embedder="minilm") as idx:
-        idx.update()
-        assert idx.embed_pending() == 2 and embedder_kind(idx.embedder.name) == "minilm"
+        assert idx.update().embedded == 2 and embedder_kind(idx.embedder.name) == "minilm"
     with CodeIndex(root, embedder="recorded") as idx:  # what `tachy search` opens
         assert embedder_kind(idx.embedder.name) == "minilm"
         assert idx.pending_count() == 0

@@ -132,7 +132,6 @@ def test_a_nested_gitignore_hides_at_once_and_the_update_purges_vectors(repo: Pa
     (repo / "src" / "copy.py").write_text((repo / PLAN).read_text())  # the same content
     with CodeIndex(repo, embedder=HashingEmbedder()) as index:
         index.update()
-        index.embed_pending()
         assert lexical(index) == {PLAN, "src/copy.py"}
         keys = embedding_keys(repo)
         assert keys and vectors_of(repo, keys) == len(keys)
