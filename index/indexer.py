@@ -70,13 +70,13 @@ from index.scan import (
 )
 from index.search import (
     CHUNKS_PER_FILE,
+    Candidates,
     SearchHit,
-    cap_per_file,
-    fused_scores,
     named_bonus,
     normalise_globs,
     path_matches,
     query_identifiers,
+    ranked,
     symbol_named,
 )
 from index.tokenize import index_terms
@@ -1256,11 +1256,22 @@ class CodeIndex:
         """The chunks that best answer `query`. mode: hybrid | lexical | dense. Hybrid
         scores the candidates of both retrievers with their symbols' names
         (index.search); before anything is embedded, the lexical candidates alone."""
+        found = self.candidates(query, paths=paths, mode=mode)
+        return [
+            self._hit(found.rows[cid], score)
+            for cid, score in ranked(found, limit=limit, per_file=per_file)
+        ]
+
+    def candidates(
+        self, query: str, *, paths: Sequence[str] | None = None, mode: str = "hybrid"
+    ) -> Candidates:
+        """What search() ranks for `query`: each retriever's candidates among the chunks
+        that may be shown, with the signals about their symbols (index.search)."""
         if mode not in ("hybrid", "lexical", "dense"):
             raise CodeIndexError(f"unknown search mode {mode!r}; use hybrid, lexical or dense")
         query = _sql_text(query[:MAX_QUERY_CHARS])
         if not query.strip():
-            return []
+            return Candidates()
         globs = normalise_globs(None if paths is None else [_sql_text(p) for p in paths])
         lexical: list[tuple[int, float]] = []
         dense: list[tuple[int, float]] = []
@@ -1280,12 +1291,14 @@ class CodeIndex:
         lexical = [(cid, score) for cid, score in lexical if cid in rows]
         dense = [(cid, score) for cid, score in dense if cid in rows]
         identifiers = query_identifiers(query)
-        named = {cid for cid, row in rows.items() if symbol_named(row[4], identifiers)}
-        names = self._name_similarity(query, rows) if mode == "hybrid" else {}
-        scores = fused_scores(lexical, dense, names, named, named_bonus(query))
-        ordered = sorted(scores, key=lambda cid: (-scores[cid], cid))
-        kept = cap_per_file([(cid, rows[cid][0]) for cid in ordered], per_file)[:limit]
-        return [self._hit(rows[cid], scores[cid]) for cid in kept]
+        return Candidates(
+            lexical=lexical,
+            dense=dense,
+            rows=rows,
+            names=self._name_similarity(query, rows) if mode == "hybrid" else {},
+            named={cid for cid, row in rows.items() if symbol_named(row[4], identifiers)},
+            bonus=named_bonus(query),
+        )
 
     def _name_similarity(self, query: str, rows: dict[int, tuple]) -> dict[int, float]:
         """Cosine of the query and each chunk's symbol name (its last part), under the

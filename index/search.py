@@ -27,12 +27,21 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import msgspec
 
-LEXICAL_WEIGHT = 0.75
-DENSE_WEIGHT = 1.0
-NAME_WEIGHT = 1.5
+
+@dataclass(frozen=True)
+class Weights:
+    """How much each signal counts in the hybrid score (see the module docstring)."""
+
+    lexical: float = 0.75
+    dense: float = 1.0
+    name: float = 1.5
+
+
+WEIGHTS = Weights()
 # Small on docstring queries (it costs them 0.1 points), decisive when a query
 # spells out an identifier.
 NAMED_BONUS = 0.25
@@ -70,18 +79,46 @@ def fused_scores(
     name_similarity: Mapping[int, float],
     named: set[int],
     bonus: float = NAMED_BONUS,
+    weights: Weights = WEIGHTS,
 ) -> dict[int, float]:
     """The hybrid score of every candidate either retriever returned (see the module
     docstring); `name_similarity` and `named` are by candidate id, `bonus` is what a
     named symbol gains (named_bonus of the query)."""
     lexical_part, dense_part = rescaled(lexical), rescaled(dense)
     return {
-        item: LEXICAL_WEIGHT * lexical_part.get(item, 0.0)
-        + DENSE_WEIGHT * dense_part.get(item, 0.0)
-        + NAME_WEIGHT * name_similarity.get(item, 0.0)
+        item: weights.lexical * lexical_part.get(item, 0.0)
+        + weights.dense * dense_part.get(item, 0.0)
+        + weights.name * name_similarity.get(item, 0.0)
         + (bonus if item in named else 0.0)
         for item in {*lexical_part, *dense_part}
     }
+
+
+@dataclass
+class Candidates:
+    """What search ranks for one query: each retriever's (chunk id, score) pairs, the
+    chunks' rows by id ((path, start_line, end_line, text, symbol)), how close the
+    query is to each chunk's symbol name, the chunks whose symbol it names, and what
+    a named symbol gains. CodeIndex.candidates builds it; tuning reads it too."""
+
+    lexical: list[tuple[int, float]] = field(default_factory=list)
+    dense: list[tuple[int, float]] = field(default_factory=list)
+    rows: dict[int, tuple] = field(default_factory=dict)
+    names: dict[int, float] = field(default_factory=dict)
+    named: set[int] = field(default_factory=set)
+    bonus: float = NAMED_BONUS
+
+
+def ranked(
+    found: Candidates, *, limit: int, per_file: int, weights: Weights = WEIGHTS
+) -> list[tuple[int, float]]:
+    """The best (chunk id, hybrid score) pairs, best first, at most `per_file` a file."""
+    scores = fused_scores(
+        found.lexical, found.dense, found.names, found.named, found.bonus, weights
+    )
+    ordered = sorted(scores, key=lambda cid: (-scores[cid], cid))
+    kept = cap_per_file([(cid, found.rows[cid][0]) for cid in ordered], per_file)[:limit]
+    return [(cid, scores[cid]) for cid in kept]
 
 
 def named_bonus(query: str) -> float:
