@@ -15,7 +15,14 @@ import pytest
 
 from agent import events as ev
 from agent.policy import PolicyError, register_policy
-from training.eval.run import Attempt, EvalSettings, load_results, run_eval, summarize
+from training.eval.run import (
+    Attempt,
+    EvalSettings,
+    compare_attempts,
+    load_results,
+    run_eval,
+    summarize,
+)
 from training.eval.stats import bootstrap_ci, paired_gain, pass_at_k
 from training.tasks.taskset import Task, TaskError, TaskMeta, append_tasks
 
@@ -378,3 +385,60 @@ def test_the_report_gives_pass_at_1_and_pass_at_k_per_family_easiest_first():
     assert names["pass_at_1"]["ci95"] == [0.0, 0.5]
     assert report["families"]["mutation"]["pass_at_4"]["value"] == 0.0
     assert report["pass_at_1"]["value"] == round(0.25 * 2 / 3, 4)
+
+
+def test_a_change_against_another_evaluation_is_paired_per_task_and_per_family():
+    def attempt(task: str, family: str, solved: bool, status: str | None = None) -> Attempt:
+        return Attempt(
+            task_id=task, project="p", family=family, attempt=0,
+            status=status or ("solved" if solved else "failed"), stop_reason="end_turn",
+        )  # fmt: skip
+
+    before = [
+        attempt("n-1", "misspelled_name", True),
+        attempt("n-2", "misspelled_name", False),
+        attempt("m-1", "mutation", False),
+        attempt("m-2", "mutation", False),
+        attempt("x-1", "mutation", True),  # only before: not compared
+    ]
+    after = [
+        attempt("n-1", "misspelled_name", False),
+        attempt("n-2", "misspelled_name", True),
+        attempt("m-1", "mutation", True),
+        attempt("m-2", "mutation", False, status="unscored"),  # not scored: not compared
+    ]
+    change = compare_attempts(before, after)
+    assert change["tasks"] == 3 and change["only_in_one"] == 2
+    assert (change["before"], change["after"]) == (round(1 / 3, 4), round(2 / 3, 4))
+    assert change["gain"] == round(1 / 3, 4) and change["gained"] == ["m-1", "n-2"]
+    assert change["lost"] == ["n-1"]
+    low, high = change["ci95"]
+    assert low < 0 < change["gain"] <= high  # one gain and one loss could be chance
+    names = change["families"]["misspelled_name"]
+    assert names["tasks"] == 2 and names["gain"] == 0.0
+    assert list(change["families"]) == ["misspelled_name", "mutation"]
+
+
+def test_eval_against_a_baseline_reports_the_paired_change(taskset, tmp_path):
+    fixes, nothing = replay_file(tmp_path, FIX_ADD), tmp_path / "nothing.jsonl"
+    nothing.write_text(json.dumps({"text": "I cannot find the bug."}) + "\n")
+    missing = tachy(
+        "eval", str(taskset), "--policy", f"replay:{fixes}", "--against",
+        str(tmp_path / "no-such.jsonl"), cwd=tmp_path,
+    )  # fmt: skip
+    assert missing.returncode == 2 and "no such results file" in missing.stderr
+    assert not (tmp_path / "eval-set.jsonl").exists()  # refused before anything ran
+    base = tmp_path / "base.jsonl"
+    first = tachy(
+        "eval", str(taskset), "--policy", f"replay:{nothing}", "--results", str(base),
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    run = tachy(
+        "eval", str(taskset), "--policy", f"replay:{fixes}", "--results",
+        str(tmp_path / "after.jsonl"), "--against", str(base), "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    change = json.loads(run.stdout)["against"]
+    assert change["tasks"] == 2 and change["gain"] == 0.5 and change["gained"] == ["adder-1"]
+    assert f"against {base}: pass@1 0.0% -> 50.0%: +50.0%" in run.stderr

@@ -112,6 +112,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="with --teacher-forced: which of the expert's turns to ask: 'edit' or indices "
         "like 0,2 (default: all)",
     )
+    p.add_argument(
+        "--against",
+        type=Path,
+        metavar="FILE",
+        help="another evaluation's results (a --results file, e.g. of the model before "
+        "training): report the change in pass@1 over the tasks both scored, overall and "
+        "per family, with paired 95%% intervals",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
 
 
@@ -135,10 +143,20 @@ def run(args: argparse.Namespace) -> int:
         return _err("--turns goes with --teacher-forced only")
     import asyncio
 
-    from training.eval.run import EvalSettings, run_eval, summarize
+    from training.eval.run import EvalSettings, compare_attempts, load_results, run_eval, summarize
     from training.tasks.taskset import TaskError
 
     results: Path = args.results or Path.cwd() / f"eval-{args.tasks.name}.jsonl"
+    baseline = None
+    if args.against is not None:  # read before anything runs: a bad file costs nothing
+        try:
+            baseline_settings, baseline = load_results(args.against)
+        except TaskError as exc:
+            return _err(str(exc))
+        if baseline_settings is None:
+            return _err(f"--against {args.against}: no such results file, or it is empty")
+        if args.against.resolve() == results.resolve():
+            return _err("--against names this evaluation's own --results file")
     settings = EvalSettings(
         taskset=str(args.tasks.resolve()), policy=args.policy, attempts=args.attempts,
         max_turns=args.max_turns, max_tokens=args.max_tokens, temperature=args.temperature,
@@ -181,6 +199,8 @@ def run(args: argparse.Namespace) -> int:
         return 130
     report = {"settings": {**_builtins(settings), "results": str(results)}}
     report |= summarize(attempts, k=args.attempts)
+    if baseline is not None:
+        report["against"] = {"results": str(args.against)} | compare_attempts(baseline, attempts)
     print(human(report, args.attempts), file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
@@ -321,6 +341,8 @@ def human(report: dict, k: int) -> str:
         f"{report['turns_per_attempt']} turns, {report['tokens_per_attempt']} tokens, "
         f"{report['seconds_per_attempt']} s per attempt"
     )
+    if "against" in report:
+        lines += against_lines(report["against"])
     if report["unscored_attempts"]:
         lines.append(
             f"{len(report['unscored_attempts'])} attempts not scored (the policy failed; "
@@ -330,3 +352,26 @@ def human(report: dict, k: int) -> str:
             f"  {u['task_id']} #{u['attempt']}: {u['error']}" for u in report["unscored_attempts"]
         ]
     return "\n".join(lines)
+
+
+def against_lines(change: dict) -> list[str]:
+    """The change against another evaluation, as a person reads it."""
+
+    def line(c: dict) -> str:
+        low, high = c["ci95"]
+        return (
+            f"{c['before']:.1%} -> {c['after']:.1%}: {c['gain']:+.1%} "
+            f"[{low:+.1%}, {high:+.1%}] over {c['tasks']} tasks"
+        )
+
+    lines = [f"against {change['results']}: pass@1 {line(change)} (paired 95 % interval)"]
+    lines += [f"  {family}: {line(c)}" for family, c in change["families"].items()]
+    lines.append(
+        f"  gained {len(change['gained'])} tasks, lost {len(change['lost'])}"
+        + (
+            f"; {change['only_in_one']} tasks scored in one evaluation only"
+            if change["only_in_one"]
+            else ""
+        )
+    )
+    return lines

@@ -383,6 +383,49 @@ def summarize(attempts: list[Attempt], *, k: int = 1, seed: int = 0) -> dict:
     return report
 
 
+def compare_attempts(before: list[Attempt], after: list[Attempt], *, seed: int = 0) -> dict:
+    """The change in pass@1 from `before` to `after` (two evaluations' attempts) over
+    the tasks both scored, overall and per family, each with a paired 95 % interval
+    (a task's two pass@1 values are resampled together), and which tasks were gained
+    and lost."""
+    from training.eval.stats import paired_gain
+
+    def rates(attempts: list[Attempt]) -> dict[str, tuple[str, float]]:
+        runs: dict[str, list[Attempt]] = {}
+        for a in attempts:
+            if a.status != "unscored":
+                runs.setdefault(a.task_id, []).append(a)
+        return {t: (r[0].family, _solved(r) / len(r)) for t, r in runs.items()}
+
+    old, new = rates(before), rates(after)
+    shared = sorted(set(old) & set(new))
+
+    def change(tasks: list[str]) -> dict:
+        a, b = [old[t][1] for t in tasks], [new[t][1] for t in tasks]
+        gain, low, high = paired_gain(a, b, seed=seed)
+        return {
+            "tasks": len(tasks),
+            "before": round(mean(a), 4) if a else 0.0,
+            "after": round(mean(b), 4) if b else 0.0,
+            "gain": round(gain, 4),
+            "ci95": [round(low, 4), round(high, 4)],
+        }
+
+    families: dict[str, list[str]] = {}
+    for t in shared:
+        families.setdefault(new[t][0], []).append(t)
+    return {
+        **change(shared),
+        "only_in_one": len(set(old) ^ set(new)),
+        "gained": [t for t in shared if new[t][1] > old[t][1]],
+        "lost": [t for t in shared if new[t][1] < old[t][1]],
+        "families": {
+            f: change(tasks)
+            for f, tasks in sorted(families.items(), key=lambda item: _family_order(item[0]))
+        },
+    }
+
+
 def _pass_rates(scored: dict[str, list[Attempt]], k: int, seed: int) -> dict:
     """pass@1 over the tasks (the mean of each task's solved share) and, for k > 1, the
     unbiased pass@k over tasks with at least k scored attempts; 95 % bootstrap
