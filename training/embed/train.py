@@ -87,6 +87,9 @@ def train(
         chunk_ids = tokenize(tokenizer, chunks)
         targets = torch.from_numpy(chunk_targets.astype(np.float32))
         project = torch.nn.Linear(vectors.shape[1], targets.shape[1], bias=False)
+        with torch.no_grad():  # from the run's seed: torch's global one would differ per run
+            bound = vectors.shape[1] ** -0.5  # nn.Linear's own initial range
+            project.weight.uniform_(-bound, bound, generator=generator)
         params += list(project.parameters())
     optimizer = torch.optim.Adam(params, lr=settings.lr)
     query_ids = tokenize(tokenizer, [p.query for p in pairs])
