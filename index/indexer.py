@@ -514,6 +514,9 @@ class CodeIndex:
         self._lexical_reader = LexicalIndex(self._reader)
         # Set by close(): an embedding pass in progress stops between batches.
         self._stop = threading.Event()
+        # One embedding pass at a time in this process (the editor's indexing thread and
+        # an agent's search both update): a second waits, then finds only what is new.
+        self._embedding = threading.Lock()
 
     def _open_lock_file(self):
         """The file whose flock makes writers take turns; held for our lifetime. One
@@ -1158,6 +1161,10 @@ class CodeIndex:
         chunks waiting: an update of an index opened without dense search, or a process
         killed while embedding. Returns how many chunks were embedded (cache hits do
         not count)."""
+        with self._embedding:
+            return self._embed_pending(limit, progress)
+
+    def _embed_pending(self, limit: int | None, progress: Progress | None) -> int:
         store = self._store()
         model = self.embedder.name
         # The pending list keeps this proportional to what changed, not to the index.

@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -520,6 +521,33 @@ def test_caches_of_vanished_contents_are_bounded(workspace, monkeypatch):
         blobs = index._read("SELECT COUNT(DISTINCT hash) FROM blobs")[0][0]
         assert blobs <= 2 * index.status().files + 1
         assert index.search("version_7", mode="lexical")[0].symbol == "version_7"
+
+
+def test_two_threads_updating_at_once_embed_each_chunk_once(workspace):
+    # The editor's indexing thread and an agent's search both update the index.
+    class SlowEmbedder(HashingEmbedder):
+        def embed(self, texts):
+            time.sleep(0.3)  # long enough for the other thread to arrive meanwhile
+            return super().embed(texts)
+
+    embedder = SlowEmbedder()
+    with open_index(workspace, embedder=embedder) as index:
+        index.update()
+        before = embedder.texts_embedded
+        (workspace / "src" / "late.py").write_text(
+            "".join(f"def late_{i}():\n    return {i}\n\n\n" for i in range(3))
+        )
+        stats: list = []
+        threads = [
+            threading.Thread(target=lambda: stats.append(index.update())) for _ in range(2)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        new = len(index._read("SELECT id FROM chunks WHERE path='src/late.py'"))
+        assert new >= 3 and embedder.texts_embedded - before == new
+        assert sorted(s.embedded for s in stats) == [0, new] and index.pending_count() == 0
 
 
 def test_only_changed_chunks_are_embedded_again(workspace):
