@@ -284,7 +284,8 @@ async def test_tool_results_are_byte_identical_to_training(tmp_path: Path, clien
     training_root = make_repo(tmp_path / "training" / "repo")
     policy = write_turns(tmp_path / "turns.jsonl", *PARITY_TURNS)
 
-    async with serve(editor_root, client) as ed:
+    # Dense search on both sides, as shipped: codebase_search fuses both retrievers.
+    async with serve(editor_root, client, index={"dense": True}) as ed:
         uri = ed.open(editor_root / "src" / "calc.py")  # edited through the editor
         answer = await run(ed, "parity", policy)
     assert answer["stopReason"] == "end_turn"

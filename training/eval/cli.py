@@ -114,7 +114,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--against",
-        type=Path,
+        type=path_arg,
         metavar="FILE",
         help="another evaluation's results (a --results file, e.g. of the model before "
         "training): report the change in pass@1 over the tasks both scored, overall and "
