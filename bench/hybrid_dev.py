@@ -33,12 +33,12 @@ import numpy as np
 
 from bench import common
 from bench.codesearch import EvalSet, Target, build_eval_set, first_relevant_rank
-from index.search import Candidates, Weights, cap_per_file, ranked, rescaled
+from index.search import CHUNKS_PER_FILE, Candidates, Weights, cap_per_file, ranked, rescaled
 from training.embed.mining import package_files
 
 MIN_QUERIES = 10
 LATE_CANDIDATES = 30
-PER_FILE = 5
+PER_FILE = CHUNKS_PER_FILE  # as search() caps a file's chunks
 GRID = {
     "lexical": (0.5, 0.75, 1.0),
     "dense": (0.75, 1.0, 1.5),
