@@ -229,6 +229,7 @@ def test_teacher_vectors_are_cached_for_exactly_the_same_texts(tmp_path: Path):
         (["--dim", "500"], "at most 384"),
         (["--sif", "2"], "--sif must be between 0 and 1"),
         (["--epochs", "0"], "--epochs must be at least 1"),
+        (["--batch", "1"], "--batch must be at least 2"),
         (["--regress-weight", "-1"], "--regress-weight must be 0 or more"),
         (["--head-lines", "-1"], "--head-lines must be 0 or more"),
         (["--head-weight", "-0.5"], "--head-weight must be 0 or more"),
@@ -250,3 +251,8 @@ def test_the_shipped_model_records_how_it_was_made():
     assert config["model_type"] == "tachy-static" and config["split"].endswith("embed-split.json")
     assert config["eval"]["queries"] > 100 and 0 < config["eval"]["mrr@10"] <= 1
     assert (config["head_lines"], config["head_weight"]) == (4, 0.6)  # the recipe's rule
+    # Trained on the PyPI corpus, with the recipe's batch for it (issue 35).
+    from training.embed.cli import CORPUS_BATCH
+
+    assert config["corpus"].endswith("embed-corpus.json") and config["dev"]["queries"] > 100
+    assert config["train"]["batch"] == CORPUS_BATCH

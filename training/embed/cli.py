@@ -2,7 +2,7 @@
 
     tachy train embedder --out runs/embedder             # ~12 min on two cores, cold
     tachy train embedder --out runs/embedder --json      # the record as JSON on stdout
-    tachy train embedder --out runs/embedder --corpus    # + the PyPI corpus (issue 35)
+    tachy train embedder --out runs/embedder --corpus    # + the PyPI corpus: ~25 min cold
 
 Standard library only at import time (the parser must stay cheap for `tachy --help`).
 """
@@ -15,6 +15,10 @@ import sys
 from pathlib import Path
 
 from agent.cliargs import path_arg
+
+# In-batch negatives per step with the PyPI corpus: 1024 beat 256 and 512 on the
+# development packages (bench/RESULTS.md, issue 35).
+CORPUS_BATCH = 1024
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,6 +42,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sif", type=float, default=1e-4, metavar="A", help="SIF weight a (1e-4)")
     p.add_argument("--epochs", type=int, default=6, metavar="N", help="passes over the pairs (6)")
     p.add_argument("--lr", type=float, default=3e-3, help="Adam learning rate (3e-3)")
+    p.add_argument(
+        "--batch",
+        type=int,
+        metavar="B",
+        help="pairs per step, each the others' negatives (256; 1024 with --corpus, where "
+        "more negatives per step did better on the development packages)",
+    )
     p.add_argument(
         "--regress-weight",
         type=float,
@@ -91,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             (not 0 < args.sif < 1, "--sif must be between 0 and 1"),
             (args.epochs < 1, "--epochs must be at least 1"),
             (args.lr <= 0, "--lr must be positive"),
+            (args.batch is not None and args.batch < 2, "--batch must be at least 2"),
             (args.regress_weight < 0, "--regress-weight must be 0 or more"),
             (args.head_lines < 0, "--head-lines must be 0 or more"),
             (not 0 <= args.head_weight < float("inf"), "--head-weight must be 0 or more"),
@@ -114,7 +126,11 @@ def run(args: argparse.Namespace) -> int:
         head_lines=args.head_lines if args.head_weight else 0,
         head_weight=args.head_weight if args.head_lines else 0.0,
         train=TrainSettings(
-            epochs=args.epochs, lr=args.lr, regress_weight=args.regress_weight, seed=args.seed
+            epochs=args.epochs,
+            batch=args.batch or (CORPUS_BATCH if args.corpus else TrainSettings.batch),
+            lr=args.lr,
+            regress_weight=args.regress_weight,
+            seed=args.seed,
         ),
         corpus=args.corpus,
         package_cap=args.package_cap,
