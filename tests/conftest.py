@@ -29,7 +29,6 @@ HAS_BWRAP = shutil.which("bwrap") is not None
 TOOLS = {tool.name: tool() for tool in ALL_TOOLS}
 
 
-
 @pytest.fixture(autouse=True)
 def _torch_threads_kept():
     """Give torch's thread count back after a test that changed it (an RL trainer run
@@ -41,6 +40,7 @@ def _torch_threads_kept():
     yield
     if before is not None and sys.modules["torch"].get_num_threads() != before:
         sys.modules["torch"].set_num_threads(before)
+
 
 def make_repo(root: Path) -> Path:
     """A tiny Python project with tests, ignore rules and a secret."""
