@@ -252,7 +252,7 @@ def test_the_shipped_model_records_how_it_was_made():
     assert config["eval"]["queries"] > 100 and 0 < config["eval"]["mrr@10"] <= 1
     assert (config["head_lines"], config["head_weight"]) == (4, 0.6)  # the recipe's rule
     # Trained on the PyPI corpus, with the recipe's batch for it (issue 35).
-    from training.embed.cli import CORPUS_BATCH
+    from training.embed.pipeline import CORPUS_BATCH
 
     assert config["corpus"].endswith("embed-corpus.json") and config["dev"]["queries"] > 100
     assert config["train"]["batch"] == CORPUS_BATCH

@@ -16,10 +16,6 @@ from pathlib import Path
 
 from agent.cliargs import path_arg
 
-# In-batch negatives per step with the PyPI corpus: 1024 beat 256 and 512 on the
-# development packages (bench/RESULTS.md, issue 35).
-CORPUS_BATCH = 1024
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -117,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         print(f"tachy: {out} exists and is not a directory", file=sys.stderr)
         return 2
-    from training.embed.pipeline import Recipe, build
+    from training.embed.pipeline import CORPUS_BATCH, Recipe, build
     from training.embed.train import TrainSettings
 
     recipe = Recipe(
