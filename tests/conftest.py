@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,19 +26,6 @@ from agent.workspace import Workspace, WorkspaceError
 
 HAS_BWRAP = shutil.which("bwrap") is not None
 TOOLS = {tool.name: tool() for tool in ALL_TOOLS}
-
-
-@pytest.fixture(autouse=True)
-def _torch_threads_kept():
-    """Give torch's thread count back after a test that changed it (an RL trainer run
-    in-process sets it, as its own process should). The tests after it would otherwise
-    sum in another order, and greedy decoding on the real model can flip at a near-tie
-    (bench.turns compares two decoding paths token for token)."""
-    torch = sys.modules.get("torch")
-    before = torch.get_num_threads() if torch is not None else None
-    yield
-    if before is not None and sys.modules["torch"].get_num_threads() != before:
-        sys.modules["torch"].set_num_threads(before)
 
 
 def make_repo(root: Path) -> Path:

@@ -10,7 +10,24 @@ import pytest
 
 from bench import turns as bench
 
-pytestmark = [pytest.mark.timeout(600), pytest.mark.usefixtures("torch_path")]
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.usefixtures("torch_path", "two_torch_threads"),
+]
+
+
+@pytest.fixture
+def two_torch_threads():
+    """Decode at 2 threads, whatever an earlier test left (bench.rl's in-process trainer
+    sets 1 for the rest of the process). The two decoding paths sum in another order at
+    another thread count, and on some CPUs turn 2 parts at a near-tie at 1 thread
+    (`torch.set_num_threads(1)`: same tokens [True, False]; 2 threads: [True, True])."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
 
 
 def test_a_short_conversation(capsys: pytest.CaptureFixture) -> None:
