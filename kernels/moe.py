@@ -328,7 +328,10 @@ def shared_expert(w_gate_up: MxWeight, w_down: MxWeight) -> tuple[MxWeight, MxWe
 
     shared = None
     if all(same(t) for t in tensors):
-        gq, gs, dq, ds = (t[:1] for t in tensors)
+        # Views of detached aliases, not of the tensors themselves: a view keeps its base
+        # alive, and an entry whose value kept its own key alive would never leave this
+        # weak-keyed cache (every model loaded and dropped would stay in memory).
+        gq, gs, dq, ds = (t.detach()[:1] for t in tensors)
         shared = ((gq, gs), (dq, ds))
     _SHARED[w_gate_up[0]] = (stamp, shared)
     return shared

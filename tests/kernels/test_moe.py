@@ -376,3 +376,24 @@ def test_experts_that_differ_or_train_are_never_shared() -> None:
     q = same["w_down"][0]
     q.view(torch.uint8)[1, 0, 0] ^= 1  # expert 1 changed in place: no longer a copy
     assert moe.shared_expert(same["w_gate_up"], same["w_down"]) is None
+
+
+def test_weights_that_are_dropped_leave_every_cache(torch_path) -> None:
+    """The caches of kernels.moe are keyed weakly by the weight tensors: once a model's
+    MX experts are dropped, neither the shared-expert check nor the dequantized copies
+    keep them (a value that held a view of its own key once kept every model ever
+    sampled from, 2.5 GB each for tachy's, until the process ended)."""
+    import gc
+    import weakref
+
+    p = copies(problem(8, 2, 4, 32, 32, seed=23))
+    with torch.no_grad():
+        moe_ffn(p["x"], p["topk_weights"], p["topk_ids"], p["w_gate_up"], p["w_down"])
+    assert moe.shared_expert(p["w_gate_up"], p["w_down"]) is not None  # cached
+    before = (len(moe._SHARED), len(moe._DEQUANTIZED))
+    gone = [weakref.ref(t) for t in (*p["w_gate_up"], *p["w_down"])]
+    del p
+    gc.collect()
+    assert all(ref() is None for ref in gone)
+    assert len(moe._SHARED) == before[0] - 1
+    assert len(moe._DEQUANTIZED) < before[1]
