@@ -538,9 +538,7 @@ def test_two_threads_updating_at_once_embed_each_chunk_once(workspace):
             "".join(f"def late_{i}():\n    return {i}\n\n\n" for i in range(3))
         )
         stats: list = []
-        threads = [
-            threading.Thread(target=lambda: stats.append(index.update())) for _ in range(2)
-        ]
+        threads = [threading.Thread(target=lambda: stats.append(index.update())) for _ in range(2)]
         for thread in threads:
             thread.start()
         for thread in threads:
