@@ -53,7 +53,7 @@ class Case:
 
 
 @dataclass
-class _Hit:  # what first_relevant_rank reads
+class Hit:  # a row's place, as first_relevant_rank and is_relevant read it
     path: str
     start_line: int
     end_line: int
@@ -90,7 +90,7 @@ def collect(eval_set: EvalSet, embedder, cache: Path) -> list[Case]:
 
 def reciprocal_rank(ranking: list[int], case: Case) -> float:
     rows = case.found.rows
-    hits = [_Hit(rows[cid][0], rows[cid][1], rows[cid][2]) for cid in ranking[:10]]
+    hits = [Hit(rows[cid][0], rows[cid][1], rows[cid][2]) for cid in ranking[:10]]
     rank = first_relevant_rank(hits, case.target, 10)
     return 1.0 / rank if rank else 0.0
 

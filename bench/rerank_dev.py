@@ -36,7 +36,7 @@ import numpy as np
 
 from bench import common
 from bench.codesearch import is_relevant
-from bench.hybrid_dev import PER_FILE, collect, dev_sets
+from bench.hybrid_dev import PER_FILE, Hit, collect, dev_sets
 from index.search import cap_per_file, ranked
 
 TOP, LENGTH, QUERY_TOKENS, HEAD = 30, 192, 24, 32
@@ -67,16 +67,11 @@ def candidate_lists(trees: list[Path], model, queries: int, work: Path) -> list[
                     "query": query, "ids": ids, "lengths": lengths,
                     "hybrid": np.array([score for _, score in top]),
                     "paths": [row[0] for row in rows],
-                    "relevant": [is_relevant(_Hit(*row[:3]), case.target) for row in rows],
+                    "relevant": [is_relevant(Hit(*row[:3]), case.target) for row in rows],
                 }
             )  # fmt: skip
         print(f"  {name}: {len(lists)} lists so far", file=sys.stderr, flush=True)
     return lists
-
-
-class _Hit:
-    def __init__(self, path: str, start_line: int, end_line: int) -> None:
-        self.path, self.start_line, self.end_line = path, start_line, end_line
 
 
 def make_scorer(vectors: np.ndarray):
