@@ -6,7 +6,7 @@ corpus's development packages: how much composition buys, and what it costs.
 
 The static model sums token vectors, so it cannot read a word in the light of its
 neighbours; MiniLM can, at ~1/40 of the speed. This measures the step between them:
-one pre-norm transformer layer of width W over the first MAX_TOKENS tokens of a text,
+one pre-norm transformer layer of width W over the first N tokens of a text (--window),
 its inputs the static model's own (frozen) token vectors, its masked mean pooled and
 mapped back to the static width and added to the static vector before the final
 normalisation:
@@ -15,10 +15,11 @@ normalisation:
 
 U starts at zero, so the untrained layer is exactly the shipped model (head rule
 included). It trains as the static recipe does (training.embed.train): InfoNCE on the
-corpus's pairs, both directions, plus fitting MiniLM's vectors of the training chunks
-(REGRESS x (1 - cosine), through a learnt map to MiniLM's width). The teacher's
-vectors come from the recipe's cache (`tachy train embedder --corpus` fills it; the
-first time it takes ~19 min).
+corpus's pairs, both directions (weight --pairs-weight), plus fitting MiniLM's vectors
+of the training chunks and of the pairs' queries (REGRESS x (1 - cosine), through a
+learnt map to MiniLM's width). The teacher's vectors come from the recipe's cache
+(`tachy train embedder --corpus` fills it with the chunks', ~19 min the first time;
+the queries' are added on this script's first run).
 
 Measured in the same run, on the 8 dev packages only (never trained on, never reported
 as held out): the recipe's dense MRR@10 after every epoch, then bench.hybrid_dev's
@@ -45,7 +46,6 @@ import torch.nn.functional as F
 
 from bench import common
 
-MAX_TOKENS = 128  # tokens of a text the layer reads (a chunk's head and first lines)
 REGRESS = 3.0  # the static recipe's weight of MiniLM's chunk vectors
 TEMPERATURE = 0.05
 BATCH = 1024  # pairs a step, as the corpus recipe
@@ -56,6 +56,7 @@ HEAD_WIDTH = 32  # attention heads of 32 numbers each
 class Settings:
     width: int = 64
     ff: int = 256
+    window: int = 128  # tokens of a text the layer reads (a chunk's head and first lines)
     epochs: int = 3
     lr: float = 1e-3
     seed: int = 0
@@ -120,7 +121,8 @@ class ContextualEmbedder:
         base = self.static.embed(texts)
         if not len(texts):
             return base
-        ids = [row[:MAX_TOKENS] for row in self.static.tokenize(texts)]
+        window = self.weights["pos"].shape[0]
+        ids = [row[:window] for row in self.static.tokenize(texts)]
         order = np.argsort([len(r) for r in ids])  # like lengths together: less padding
         out = np.empty_like(base)
         for start in range(0, len(ids), 128):
@@ -139,14 +141,14 @@ def train(
     torch.manual_seed(settings.seed)
     generator = torch.Generator().manual_seed(settings.seed)
     table = torch.from_numpy(static._vectors)
-    model = Context(table, settings.width, settings.ff)
+    model = Context(table, settings.width, settings.ff, settings.window)
     project = torch.nn.Linear(table.shape[1], teacher.shape[1], bias=False)
     optimizer = torch.optim.Adam([*model.parameters(), *project.parameters()], lr=settings.lr)
     pairs, chunks = corpus.pairs, corpus.texts()
 
     def prepared(texts: list[str]) -> tuple[torch.Tensor, list[list[int]]]:
         base = torch.from_numpy(static.embed(texts))
-        return base, [row[:MAX_TOKENS] for row in static.tokenize(texts)]
+        return base, [row[: settings.window] for row in static.tokenize(texts)]
 
     q_base, q_ids = prepared([p.query for p in pairs])
     c_base, c_ids = prepared([p.code for p in pairs])
@@ -183,12 +185,12 @@ def train(
 class Context(torch.nn.Module):
     """The layer in torch, for training (layer_forward is its numpy twin)."""
 
-    def __init__(self, table: torch.Tensor, width: int, ff: int) -> None:
+    def __init__(self, table: torch.Tensor, width: int, ff: int, window: int = 128) -> None:
         super().__init__()
         d = width
         self.table, self.heads = table, width // HEAD_WIDTH
         self.proj = torch.nn.Linear(table.shape[1], d, bias=False)
-        self.pos = torch.nn.Parameter(torch.randn(MAX_TOKENS, d) * 0.02)
+        self.pos = torch.nn.Parameter(torch.randn(window, d) * 0.02)
         self.ln1, self.ln2, self.lnf = (torch.nn.LayerNorm(d) for _ in range(3))
         self.qkv = torch.nn.Linear(d, 3 * d)
         self.out = torch.nn.Linear(d, d)
@@ -264,7 +266,7 @@ def run(settings: Settings, minilm: bool, queries: int, log=print) -> dict:
     )  # fmt: skip
     dev = dev_corpus(trees["dev"])
     dev_texts = dev.texts()
-    record: dict = {"settings": asdict(settings), "max_tokens": MAX_TOKENS, "epochs": []}
+    record: dict = {"settings": asdict(settings), "epochs": []}
     record["static_dev_dense"] = evaluate(static, dev)
     log(f"shipped static model, dev dense: {record['static_dev_dense']}")
     best: dict = {"mrr": -1.0}
@@ -308,6 +310,7 @@ def run(settings: Settings, minilm: bool, queries: int, log=print) -> dict:
     hybrid = record["hybrid_dev"]
     summary = {
         "width": settings.width,
+        "window": settings.window,
         "pairs_weight": settings.pairs_weight,
         "best_epoch": best["epoch"],
         "dev_dense_static": record["static_dev_dense"]["mrr@10"],
@@ -324,7 +327,7 @@ def run(settings: Settings, minilm: bool, queries: int, log=print) -> dict:
 
 def one_line(s: dict) -> str:
     line = (
-        f"contextual layer (width {s['width']}, epoch {s['best_epoch']}): dev dense "
+        f"contextual layer (width {s['width']}, window {s['window']}, epoch {s['best_epoch']}): dev dense "
         f"{s['dev_dense_static']} -> {s['dev_dense_contextual']}; dev hybrid static "
         f"{s['dev_hybrid_static']} -> {s['dev_hybrid_contextual']}"
     )
@@ -341,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
         "--width", type=int, default=64, help="the layer's width, a multiple of 32 (64)"
     )
     parser.add_argument("--ff", type=int, default=256, help="its feed-forward width (256)")
+    parser.add_argument(
+        "--window", type=int, default=128, help="tokens of a text the layer reads (128)"
+    )
     parser.add_argument("--epochs", type=int, default=3, help="passes over the pairs (3)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (1e-3)")
     parser.add_argument("--seed", type=int, default=0)
@@ -356,9 +362,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.width < HEAD_WIDTH or args.width % HEAD_WIDTH:
         parser.error(f"--width must be a positive multiple of {HEAD_WIDTH}")
-    if args.ff < 1 or args.epochs < 1 or not args.lr > 0 or not args.pairs_weight >= 0:
-        parser.error("--ff and --epochs must be >= 1, --lr > 0 and --pairs-weight >= 0")
-    settings = Settings(args.width, args.ff, args.epochs, args.lr, args.seed, args.pairs_weight)
+    if (
+        args.ff < 1
+        or args.window < 1
+        or args.epochs < 1
+        or not args.lr > 0
+        or not args.pairs_weight >= 0
+    ):
+        parser.error("--ff, --window and --epochs must be >= 1, --lr > 0 and --pairs-weight >= 0")
+    settings = Settings(
+        args.width, args.ff, args.window, args.epochs, args.lr, args.seed, args.pairs_weight
+    )
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     record = run(settings, args.minilm, args.queries, log=log)
     common.report(record, args.json, lambda r: json.dumps(r["summary"], indent=1), one_line)
