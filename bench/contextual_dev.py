@@ -349,14 +349,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--epochs", type=int, default=3, help="passes over the pairs (3)")
     parser.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate (1e-3)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="training seed (0)")
     parser.add_argument(
         "--pairs-weight", type=float, default=1.0,
         help="weight of the pairs' contrastive loss; 0: MiniLM's vectors alone (1)",
     )  # fmt: skip
     parser.add_argument("--queries", type=int, default=150, help="hybrid queries per package (150)")
     parser.add_argument(
-        "--minilm", action="store_true", help="measure MiniLM beside it (~10 min more)"
+        "--minilm", action="store_true", help="measure MiniLM beside it (~3 min more)"
     )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
