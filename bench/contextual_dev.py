@@ -45,10 +45,13 @@ import torch
 import torch.nn.functional as F
 
 from bench import common
+from training.embed.pipeline import CORPUS_BATCH, Recipe
+from training.embed.train import pair_loss
 
-REGRESS = 3.0  # the static recipe's weight of MiniLM's chunk vectors
-TEMPERATURE = 0.05
-BATCH = 1024  # pairs a step, as the corpus recipe
+# As the static recipe trains with the corpus (training.embed.pipeline).
+REGRESS = Recipe().train.regress_weight  # the weight of fitting MiniLM's vectors
+TEMPERATURE = Recipe().train.temperature
+BATCH = CORPUS_BATCH  # pairs a step
 HEAD_WIDTH = 32  # attention heads of 32 numbers each
 
 
@@ -95,14 +98,15 @@ def layer_forward(w: dict[str, np.ndarray], x: np.ndarray, mask: np.ndarray) -> 
     return pooled @ w["up"]
 
 
-def _padded(table: np.ndarray, ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+def padded(ids: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """The id lists as a zero-padded [B, L] index and its mask (True where a token is)."""
     n = max(1, max(len(r) for r in ids))
     index = np.zeros((len(ids), n), dtype=np.int64)
     mask = np.zeros((len(ids), n), dtype=bool)
     for i, row in enumerate(ids):
         index[i, : len(row)] = row
         mask[i, : len(row)] = True
-    return table[index], mask
+    return index, mask
 
 
 class ContextualEmbedder:
@@ -127,8 +131,8 @@ class ContextualEmbedder:
         out = np.empty_like(base)
         for start in range(0, len(ids), 128):
             rows = order[start : start + 128]
-            x, mask = _padded(self.static._vectors, [ids[i] for i in rows])
-            out[rows] = base[rows] + layer_forward(self.weights, x, mask)
+            index, mask = padded([ids[i] for i in rows])
+            out[rows] = base[rows] + layer_forward(self.weights, self.static._vectors[index], mask)
         return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
 
 
@@ -166,10 +170,7 @@ def train(
         for start in range(0, len(pairs) - 1, BATCH):
             rows = order[start : start + BATCH]
             q, c = vectors(q_base, q_ids, rows), vectors(c_base, c_ids, rows)
-            same = chunk_of[rows][:, None] == chunk_of[rows][None, :]
-            logits = (q @ c.T / TEMPERATURE).masked_fill(same & ~torch.eye(len(rows)).bool(), -1e4)
-            labels = torch.arange(len(rows))
-            loss = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+            loss = pair_loss(q, c, chunk_of[rows], TEMPERATURE)
             pick = torch.randint(len(chunks), (len(rows),), generator=generator)
             fit = F.cosine_similarity(project(vectors(k_base, k_ids, pick)), targets[pick], dim=1)
             fit_queries = F.cosine_similarity(project(q), query_targets[rows], dim=1)
@@ -200,12 +201,8 @@ class Context(torch.nn.Module):
         torch.nn.init.zeros_(self.up.weight)  # starts as the static model
 
     def forward(self, ids: list[list[int]]) -> torch.Tensor:
-        b, n = len(ids), max(1, max(len(r) for r in ids))
-        index = torch.zeros(b, n, dtype=torch.long)
-        mask = torch.zeros(b, n, dtype=torch.bool)
-        for i, row in enumerate(ids):
-            index[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[i, : len(row)] = True
+        index, mask = (torch.from_numpy(a) for a in padded(ids))
+        b, n = index.shape
         h = self.proj(self.table[index]) + self.pos[:n]
         q, k, v = (
             t.view(b, n, self.heads, HEAD_WIDTH).transpose(1, 2)
@@ -248,7 +245,7 @@ def run(settings: Settings, minilm: bool, queries: int, log=print) -> dict:
     from training.embed.corpus import trees_by_role
     from training.embed.evaluate import evaluate
     from training.embed.mining import dev_corpus, mine_training
-    from training.embed.pipeline import Recipe, default_cache, teacher_vectors
+    from training.embed.pipeline import default_cache, teacher_vectors
     from training.embed.split import read_split
 
     started = time.monotonic()
@@ -256,16 +253,11 @@ def run(settings: Settings, minilm: bool, queries: int, log=print) -> dict:
     trees = trees_by_role(log=log)
     corpus = mine_training(read_split()["train"], trees["train"], Recipe().mining())
     log(f"{len(corpus.pairs)} pairs, {len(corpus.chunks)} chunks; MiniLM's chunk vectors ...")
-    teacher = teacher_vectors(
-        MiniLMEmbedder(batch_size=512), corpus.texts(), default_cache() / "teacher.npz",
-        "corpus_chunks",
-    )  # fmt: skip
-    query_teacher = teacher_vectors(
-        MiniLMEmbedder(batch_size=512), [p.query for p in corpus.pairs],
-        default_cache() / "teacher.npz", "corpus_queries",
-    )  # fmt: skip
+    minilm_teacher, store = MiniLMEmbedder(batch_size=512), default_cache() / "teacher.npz"
+    teacher = teacher_vectors(minilm_teacher, corpus.texts(), store, "corpus_chunks")
+    queries_text = [p.query for p in corpus.pairs]
+    query_teacher = teacher_vectors(minilm_teacher, queries_text, store, "corpus_queries")
     dev = dev_corpus(trees["dev"])
-    dev_texts = dev.texts()
     record: dict = {"settings": asdict(settings), "epochs": []}
     record["static_dev_dense"] = evaluate(static, dev)
     log(f"shipped static model, dev dense: {record['static_dev_dense']}")
@@ -286,7 +278,7 @@ def run(settings: Settings, minilm: bool, queries: int, log=print) -> dict:
     embedders = {"static": static, "contextual": contextual}
     if minilm:
         embedders["minilm"] = MiniLMEmbedder()
-    sample = dev_texts[:2048]
+    sample = dev.texts()[:2048]
     record["chunks_per_s"] = {
         name: throughput(e, sample if name != "minilm" else sample[:256])
         for name, e in embedders.items()

@@ -4,7 +4,7 @@ trains, and an untrained layer leaves the shipped static model exactly as it is.
 import numpy as np
 import torch
 
-from bench.contextual_dev import Context, ContextualEmbedder, _padded, layer_forward
+from bench.contextual_dev import Context, ContextualEmbedder, layer_forward, padded
 from index.static_embedder import StaticEmbedder
 
 TEXTS = [
@@ -31,8 +31,8 @@ def test_numpy_twin_matches_torch():
     ids = [row[:128] for row in static.tokenize(TEXTS)]
     with torch.no_grad():
         expected = layer(ids).numpy()
-    x, mask = _padded(static._vectors, ids)
-    got = layer_forward(layer.numpy_weights(), x, mask)
+    index, mask = padded(ids)
+    got = layer_forward(layer.numpy_weights(), static._vectors[index], mask)
     assert np.isfinite(got).all()
     np.testing.assert_allclose(got[[0, 1, 3]], expected[[0, 1, 3]], rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(got[2], 0, atol=1e-6)  # an empty text: nothing to pool

@@ -65,6 +65,17 @@ def embed_bag(table: torch.Tensor, ids: list[list[int]]) -> torch.Tensor:
     return F.normalize(sums, dim=1)
 
 
+def pair_loss(q: torch.Tensor, c: torch.Tensor, chunk: torch.Tensor, temperature: float):
+    """InfoNCE of unit query vectors q [B, D] against their codes' c [B, D], both
+    directions, with in-batch negatives; two pairs whose code is the same chunk
+    (`chunk` [B], the chunks' indices) are not each other's negatives."""
+    same = chunk[:, None] == chunk[None, :]
+    others = same & ~torch.eye(len(chunk), dtype=torch.bool)
+    logits = (q @ c.T / temperature).masked_fill(others, -1e4)
+    labels = torch.arange(len(chunk))
+    return (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+
+
 def train(
     vectors: np.ndarray,
     tokenizer,
@@ -105,11 +116,7 @@ def train(
                 continue
             q = embed_bag(table, [query_ids[i] for i in rows])
             c = embed_bag(table, [code_ids[i] for i in rows])
-            same = chunk[rows][:, None] == chunk[rows][None, :]
-            others = same & ~torch.eye(len(rows), dtype=torch.bool)
-            logits = (q @ c.T / settings.temperature).masked_fill(others, -1e4)
-            labels = torch.arange(len(rows))
-            loss = (F.cross_entropy(logits, labels) + F.cross_entropy(logits.T, labels)) / 2
+            loss = pair_loss(q, c, chunk[rows], settings.temperature)
             if settings.regress_weight:
                 pick = torch.randint(len(chunk_ids), (len(rows),), generator=generator)
                 student = project(embed_bag(table, [chunk_ids[i] for i in pick]))
